@@ -1,0 +1,295 @@
+package engine
+
+import "math"
+
+// Request is one bucket's share of an acquire: its key, its limit and the
+// tokens to take from it.
+type Request struct {
+	Key   []byte
+	Limit *Limit
+	Cost  int64
+}
+
+// Result is the answer to an acquire, described at its tightest level.
+type Result struct {
+	Allowed    bool
+	Remaining  int64 // whole tokens left at the tightest level
+	Limit      int64 // capacity of the tightest level
+	RetryAfter int64 // ns until the same call would be admitted; 0 if allowed; -1 never
+	ResetAfter int64 // ns until the tightest level is full again
+	Wait       int64 // ns to hold the admitted reply: tokens reserved, not yet due
+	Level      int   // index of the tightest (or denying) request
+}
+
+// level is one request's progress through an acquire.
+type level struct {
+	h      hashed
+	idx    uint32
+	exists bool
+	out    outcome
+}
+
+// eval looks up r's bucket (its shard locked) and decides on it.
+func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
+	sh := &s.shards[lv.h.shard]
+	var st state
+	if ei, ok := sh.find(lv.h, r.Key); ok {
+		e := sh.entry(ei)
+		lv.idx, lv.exists, st = ei, true, e.st
+		if old := &sh.limits[e.lim].lim; !old.same(r.Limit) {
+			st = rescale(old, r.Limit, st, now)
+		}
+	}
+	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
+}
+
+// update stores an admitted level's new state in its existing bucket.
+func (s *Store) update(lv *level, r *Request) {
+	sh := &s.shards[lv.h.shard]
+	e := sh.entry(lv.idx)
+	if !sh.limits[e.lim].lim.same(r.Limit) {
+		sh.dropLimit(e.lim)
+		e.lim = sh.internLimit(r.Limit)
+	}
+	e.st = lv.out.next
+}
+
+// create stores an admitted level's new state in a new bucket.
+func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []bool) {
+	sh := &s.shards[lv.h.shard]
+	s.makeRoom(sh, now, keep, kept)
+	sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
+	s.live.Add(1)
+}
+
+// Acquire charges one bucket: AcquireAll for a single request, without the
+// bookkeeping of several locks.
+func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result {
+	lv := level{h: s.hash(r.Key)}
+	sh := &s.shards[lv.h.shard]
+	sh.mu.Lock()
+	s.eval(&lv, &r, now, maxWait)
+	o := &lv.out
+	if o.ok && o.changed && !dryRun {
+		if lv.exists {
+			s.update(&lv, &r)
+		} else {
+			s.create(&lv, &r, now, nil, nil)
+		}
+	}
+	sh.mu.Unlock()
+	res := Result{Remaining: o.remaining, Limit: r.Limit.Burst, ResetAfter: o.reset, Allowed: o.ok, Wait: o.wait}
+	if !o.ok {
+		res.RetryAfter = o.retry
+	}
+	return res
+}
+
+// AcquireAll charges every request's bucket at time now, or none of them:
+// the call is admitted only if every level admits it. With maxWait > 0 a
+// call that every level can take within maxWait ns is admitted as a
+// reservation and Result.Wait says how long to hold the reply. With dryRun
+// nothing is stored. The requests' keys must be distinct; at most MaxLevels.
+//
+// The shards involved are locked in ascending order, so concurrent
+// multi-level calls cannot deadlock, and the decision and commit happen
+// under the same locks: no torn state between levels.
+func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool) Result {
+	n := len(reqs)
+	if n == 0 || n > MaxLevels {
+		panic("engine: AcquireAll needs 1 to MaxLevels requests")
+	}
+	var (
+		lvs    [MaxLevels]level
+		outs   [MaxLevels]outcome
+		order  [MaxLevels]uint32
+		idx    [MaxLevels]uint32
+		exists [MaxLevels]bool
+	)
+	nl := 0
+	for i := range reqs {
+		lvs[i].h = s.hash(reqs[i].Key)
+		nl = insertSorted(order[:], nl, lvs[i].h.shard)
+	}
+	for _, si := range order[:nl] {
+		s.shards[si].mu.Lock()
+	}
+	for i := range reqs {
+		s.eval(&lvs[i], &reqs[i], now, maxWait)
+		outs[i], idx[i], exists[i] = lvs[i].out, lvs[i].idx, lvs[i].exists
+	}
+	res := combine(outs[:n], reqs)
+	if res.Allowed && !dryRun {
+		// Update existing buckets first, then create: making room may
+		// evict, and must not evict a bucket this call is charging.
+		for i := range reqs {
+			if outs[i].changed && exists[i] {
+				s.update(&lvs[i], &reqs[i])
+			}
+		}
+		for i := range reqs {
+			if outs[i].changed && !exists[i] {
+				s.create(&lvs[i], &reqs[i], now, idx[:n], exists[:n])
+			}
+		}
+	}
+	for k := nl - 1; k >= 0; k-- {
+		s.shards[order[k]].mu.Unlock()
+	}
+	return res
+}
+
+// insertSorted adds v to the sorted set a[:n] and returns the new length.
+func insertSorted(a []uint32, n int, v uint32) int {
+	i := n
+	for i > 0 && a[i-1] > v {
+		i--
+	}
+	if i > 0 && a[i-1] == v {
+		return n
+	}
+	copy(a[i+1:n+1], a[i:n])
+	a[i] = v
+	return n + 1
+}
+
+// combine folds per-level outcomes into one reply. A call some level can
+// never admit is refused with −1; otherwise a denied call reports the level
+// that holds it back longest; an admitted one reports the level with the
+// fewest tokens left (the deepest on a tie).
+func combine(outs []outcome, reqs []Request) Result {
+	describe := func(i int) Result {
+		return Result{Remaining: outs[i].remaining, Limit: reqs[i].Limit.Burst, ResetAfter: outs[i].reset, Level: i}
+	}
+	for i := range outs {
+		if outs[i].never {
+			r := describe(i)
+			r.RetryAfter = -1
+			return r
+		}
+	}
+	worst, due := -1, int64(0)
+	var wait int64
+	for i := range outs {
+		o := &outs[i]
+		if !o.ok && (worst < 0 || o.retry > due) {
+			worst, due = i, o.retry
+		}
+		wait = max(wait, o.wait)
+	}
+	if worst >= 0 {
+		r := describe(worst)
+		r.RetryAfter = max(due, wait)
+		return r
+	}
+	tight := 0
+	for i := 1; i < len(outs); i++ {
+		if outs[i].remaining <= outs[tight].remaining {
+			tight = i
+		}
+	}
+	r := describe(tight)
+	r.Allowed, r.Wait = true, wait
+	return r
+}
+
+// Limit returns the limit a stored bucket was last charged under.
+func (s *Store) Limit(key []byte) (Limit, bool) {
+	h := s.hash(key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i, ok := sh.find(h, key); ok {
+		return sh.limits[sh.entry(i).lim].lim, true
+	}
+	return Limit{}, false
+}
+
+// Refund gives n tokens back to key's bucket (never beyond its capacity) and
+// returns its state afterwards. lim nil means the bucket's own limit; then
+// found is false if there is no bucket (a missing bucket is full).
+func (s *Store) Refund(now int64, key []byte, lim *Limit, n int64) (res Result, found bool) {
+	h := s.hash(key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	ei, ok := sh.find(h, key)
+	if !ok {
+		if lim == nil {
+			return Result{}, false
+		}
+		o := decide(lim, state{}, false, now, 0, 0)
+		return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst}, true
+	}
+	e := sh.entry(ei)
+	old := &sh.limits[e.lim].lim
+	l := old
+	st := e.st
+	if lim != nil && !lim.same(old) {
+		st, l = rescale(old, lim, st, now), lim
+	}
+	st = refundState(l, st, now, min(n, l.Burst))
+	if idleAt(l, st) <= now {
+		sh.removeAt(sh.slotOf(ei))
+		s.live.Add(-1)
+		return Result{Allowed: true, Remaining: l.Burst, Limit: l.Burst}, true
+	}
+	o := decide(l, st, true, now, 0, 0)
+	if l != old {
+		sh.dropLimit(e.lim)
+		e.lim = sh.internLimit(l)
+	}
+	e.st = st
+	return Result{Allowed: true, Remaining: o.remaining, Limit: l.Burst, ResetAfter: o.reset}, true
+}
+
+func refundState(l *Limit, st state, now, n int64) state {
+	switch l.Algo {
+	case FixedWindow:
+		if st.a >= floorDiv(now, l.Window) {
+			st.b = max(st.b-n, 0)
+		}
+		return st
+	case SlidingWindow:
+		k := floorDiv(now, l.Window)
+		switch {
+		case st.a == k-1:
+			st = state{a: k, b: st.c}
+		case st.a < k-1:
+			return state{a: math.MinInt64}
+		}
+		if st.c -= n; st.c < 0 {
+			st.b, st.c = max(st.b+st.c, 0), 0
+		}
+		return st
+	case Cell:
+		st.a = max(st.a-l.ei*n, now)
+		return st
+	}
+	tn, tf := tatOf(st, true, now)
+	q, rem := l.advance(0, 0, n)
+	tn -= q
+	if tf < rem {
+		tn--
+		tf += uint64(l.Rate)
+	}
+	tf -= rem
+	if tn < now || (tn == now && tf == 0) {
+		return state{a: math.MinInt64}
+	}
+	return state{a: tn, b: int64(tf)}
+}
+
+// Reset forgets key's bucket and reports whether there was one.
+func (s *Store) Reset(key []byte) bool {
+	h := s.hash(key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, ok := sh.find(h, key)
+	if ok {
+		sh.removeAt(sh.slotOf(i))
+		s.live.Add(-1)
+	}
+	return ok
+}

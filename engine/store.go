@@ -1,0 +1,411 @@
+package engine
+
+import (
+	"bytes"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// MaxKeyLen is the longest key the store accepts. The server enforces a
+// lower, configurable bound before a key reaches the store.
+const MaxKeyLen = 16 << 10
+
+// MaxLevels bounds how many buckets one AcquireAll may charge.
+const MaxLevels = 8
+
+// Store is the sharded bucket store. Each shard is an open-addressing hash
+// table under its own mutex; there is no global lock. A bucket costs one
+// 40-byte entry, one 4-byte index slot (at 37–75% load) and its key bytes in
+// a per-shard arena, and holds no Go pointers, so a million buckets add
+// nothing to the garbage collector's work.
+type Store struct {
+	seed      maphash.Seed
+	shards    []shard
+	shardBits uint
+	perShard  int // entries one shard may hold; 0 for the structural maximum
+
+	live            atomic.Int64
+	evictedFull     atomic.Uint64
+	evictedPressure atomic.Uint64
+	sweepShard      atomic.Uint64
+}
+
+// Options configures a Store.
+type Options struct {
+	// Shards is rounded up to a power of two; 0 sizes it to the machine.
+	Shards int
+	// MaxBuckets bounds live buckets; 0 means only the structural bound of
+	// 16M per shard. At the bound, a new bucket first evicts a full one
+	// (nothing is lost) and otherwise the sampled bucket nearest to full.
+	MaxBuckets int
+}
+
+// DefaultShards returns the shard count used for Options.Shards == 0: 128
+// per core, between 64 and 4096, so that lock contention stays negligible
+// and a shard's rehash touches little memory.
+func DefaultShards() int {
+	return min(max(runtime.GOMAXPROCS(0)*128, 64), 4096)
+}
+
+// New returns an empty store.
+func New(o Options) *Store {
+	n := o.Shards
+	if n <= 0 {
+		n = DefaultShards()
+	}
+	b := uint(bits.Len(uint(n - 1)))
+	if b > 12 {
+		b = 12
+	}
+	s := &Store{seed: maphash.MakeSeed(), shardBits: b, shards: make([]shard, 1<<b)}
+	if o.MaxBuckets > 0 {
+		s.perShard = (o.MaxBuckets + len(s.shards) - 1) >> b
+	}
+	for i := range s.shards {
+		s.shards[i].init()
+	}
+	return s
+}
+
+// Len returns the number of live buckets.
+func (s *Store) Len() int { return int(s.live.Load()) }
+
+// Evictions returns how many buckets were dropped to make room: full ones
+// (nothing lost) and, under pressure, ones that were not yet full.
+func (s *Store) Evictions() (full, pressure uint64) {
+	return s.evictedFull.Load(), s.evictedPressure.Load()
+}
+
+// MaxBuckets returns the configured bound on live buckets, 0 if none.
+func (s *Store) MaxBuckets() int { return s.perShard << s.shardBits }
+
+type hashed struct {
+	shard uint32
+	hlo   uint32
+	tag   uint8
+}
+
+func (s *Store) hash(key []byte) hashed {
+	h := maphash.Bytes(s.seed, key)
+	return hashed{shard: uint32(h >> (64 - s.shardBits)), hlo: uint32(h), tag: uint8(h >> 32)}
+}
+
+// --- shard: open addressing with linear probing and backward-shift delete ----
+
+const (
+	pageBits  = 8
+	pageSize  = 1 << pageBits
+	maxEntry  = 1<<24 - 2 // entry index must fit the slot's low 24 bits
+	chunkBits = 16
+	chunkSize = 1 << chunkBits
+	minIndex  = 16
+)
+
+type entry struct {
+	koff uint32 // chunk<<16 | offset in the key arena
+	klen uint16
+	tag  uint8
+	_    uint8
+	lim  uint32 // index into shard.limits
+	hlo  uint32 // low hash bits: home slot, and rehash without the key
+	st   state
+}
+
+type page [pageSize]entry
+
+type limitSlot struct {
+	lim  Limit
+	refs int
+}
+
+type shard struct {
+	mu      sync.Mutex
+	index   []uint32 // 0 empty; else tag<<24 | entry+1
+	pages   []*page
+	free    uint32 // head of the free-entry list (entry+1), chained through st.a
+	used    uint32 // entries ever handed out
+	count   int
+	chunks  [][]byte
+	live    int // key bytes in use
+	dead    int // key bytes of deleted entries
+	limits  []limitSlot
+	limIx   map[Limit]uint32
+	limFree []uint32
+	sweep   int
+	_       [40]byte // keep neighbouring shards' locks off this cache line
+}
+
+func (sh *shard) init() {
+	sh.index = make([]uint32, minIndex)
+	sh.limIx = make(map[Limit]uint32)
+}
+
+func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
+
+func (sh *shard) key(e *entry) []byte {
+	c := sh.chunks[e.koff>>chunkBits]
+	o := e.koff & (chunkSize - 1)
+	return c[o : o+uint32(e.klen)]
+}
+
+// find returns the entry index of key, or ok=false.
+func (sh *shard) find(h hashed, key []byte) (uint32, bool) {
+	mask := uint32(len(sh.index) - 1)
+	for pos := h.hlo & mask; ; pos = (pos + 1) & mask {
+		v := sh.index[pos]
+		if v == 0 {
+			return 0, false
+		}
+		if uint8(v>>24) != h.tag {
+			continue
+		}
+		i := v&0xffffff - 1
+		e := sh.entry(i)
+		if e.hlo == h.hlo && int(e.klen) == len(key) && bytes.Equal(sh.key(e), key) {
+			return i, true
+		}
+	}
+}
+
+func (sh *shard) addKey(key []byte) uint32 {
+	n := len(sh.chunks)
+	if n == 0 || len(sh.chunks[n-1])+len(key) > chunkSize {
+		sh.chunks = append(sh.chunks, make([]byte, 0, chunkSize))
+		n++
+	}
+	c := sh.chunks[n-1]
+	off := uint32(len(c))
+	sh.chunks[n-1] = append(c, key...)
+	sh.live += len(key)
+	return uint32(n-1)<<chunkBits | off
+}
+
+// insert adds a new entry for key (known absent) and returns its index.
+// The caller has made room.
+func (sh *shard) insert(h hashed, key []byte, lim uint32, st state) uint32 {
+	var i uint32
+	if sh.free != 0 {
+		i = sh.free - 1
+		sh.free = uint32(sh.entry(i).st.a)
+	} else {
+		i = sh.used
+		sh.used++
+		if int(i>>pageBits) == len(sh.pages) {
+			sh.pages = append(sh.pages, new(page))
+		}
+	}
+	*sh.entry(i) = entry{koff: sh.addKey(key), klen: uint16(len(key)), tag: h.tag, lim: lim, hlo: h.hlo, st: st}
+	sh.count++
+	if sh.count*4 > len(sh.index)*3 {
+		sh.resize(len(sh.index) * 2)
+	}
+	sh.place(i)
+	return i
+}
+
+func (sh *shard) place(i uint32) {
+	e := sh.entry(i)
+	mask := uint32(len(sh.index) - 1)
+	pos := e.hlo & mask
+	for sh.index[pos] != 0 {
+		pos = (pos + 1) & mask
+	}
+	sh.index[pos] = uint32(e.tag)<<24 | (i + 1)
+}
+
+func (sh *shard) resize(n int) {
+	old := sh.index
+	sh.index = make([]uint32, n)
+	for _, v := range old {
+		if v != 0 {
+			sh.place(v&0xffffff - 1)
+		}
+	}
+}
+
+// removeAt deletes the entry in index slot pos, shifting later members of
+// its probe run back so that no tombstones are needed, then shrinks the
+// index if it has become sparse.
+func (sh *shard) removeAt(pos uint32) {
+	sh.unlink(pos)
+	sh.shrink()
+}
+
+func (sh *shard) shrink() {
+	if len(sh.index) > minIndex && sh.count*8 < len(sh.index) {
+		sh.resize(max(len(sh.index)/2, minIndex))
+	}
+	if sh.dead > chunkSize*4 && sh.dead > sh.live {
+		sh.compactKeys()
+	}
+}
+
+// unlink is removeAt without shrinking: slots keep their positions apart
+// from the backward shift into pos, so a scan may continue in place.
+func (sh *shard) unlink(pos uint32) {
+	mask := uint32(len(sh.index) - 1)
+	i := sh.index[pos]&0xffffff - 1
+	e := sh.entry(i)
+	sh.dropLimit(e.lim)
+	sh.live -= int(e.klen)
+	sh.dead += int(e.klen)
+	*e = entry{st: state{a: int64(sh.free)}}
+	sh.free = i + 1
+	sh.count--
+	hole := pos
+	for j := (pos + 1) & mask; sh.index[j] != 0; j = (j + 1) & mask {
+		home := sh.entry(sh.index[j]&0xffffff-1).hlo & mask
+		// Move j into the hole unless its home lies cyclically in (hole, j].
+		if (j > hole && (home <= hole || home > j)) || (j < hole && home <= hole && home > j) {
+			sh.index[hole] = sh.index[j]
+			hole = j
+		}
+	}
+	sh.index[hole] = 0
+}
+
+// slotOf returns the index slot holding entry i.
+func (sh *shard) slotOf(i uint32) uint32 {
+	mask := uint32(len(sh.index) - 1)
+	for pos := sh.entry(i).hlo & mask; ; pos = (pos + 1) & mask {
+		if sh.index[pos]&0xffffff == i+1 {
+			return pos
+		}
+	}
+}
+
+func (sh *shard) compactKeys() {
+	old := sh.chunks
+	sh.chunks, sh.live, sh.dead = nil, 0, 0
+	for _, v := range sh.index {
+		if v == 0 {
+			continue
+		}
+		e := sh.entry(v&0xffffff - 1)
+		c := old[e.koff>>chunkBits]
+		o := e.koff & (chunkSize - 1)
+		e.koff = sh.addKey(c[o : o+uint32(e.klen)])
+	}
+}
+
+// internLimit returns the shard-local index of l, taking a reference.
+func (sh *shard) internLimit(l *Limit) uint32 {
+	if i, ok := sh.limIx[*l]; ok {
+		sh.limits[i].refs++
+		return i
+	}
+	var i uint32
+	if n := len(sh.limFree); n > 0 {
+		i = sh.limFree[n-1]
+		sh.limFree = sh.limFree[:n-1]
+		sh.limits[i] = limitSlot{lim: *l, refs: 1}
+	} else {
+		i = uint32(len(sh.limits))
+		sh.limits = append(sh.limits, limitSlot{lim: *l, refs: 1})
+	}
+	sh.limIx[*l] = i
+	return i
+}
+
+func (sh *shard) dropLimit(i uint32) {
+	ls := &sh.limits[i]
+	if ls.refs--; ls.refs == 0 {
+		delete(sh.limIx, ls.lim)
+		sh.limFree = append(sh.limFree, i)
+	}
+}
+
+// makeRoom frees an entry if the shard is at its bound. It first forgets
+// every full bucket among up to 1024 entries from the sweep cursor (nothing
+// is lost by that); only if none is full does it evict the scanned bucket
+// nearest to full. It never evicts an entry listed in keep (where kept[i]).
+func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) {
+	limit := s.perShard
+	if limit <= 0 || limit > maxEntry {
+		limit = maxEntry
+	}
+	if sh.count < limit {
+		return
+	}
+	mask := len(sh.index) - 1
+	best, bestAt, freed := -1, int64(math.MaxInt64), 0
+	for n, k := 0, 0; n < min(1024, sh.count) && k < len(sh.index); k++ {
+		pos := (sh.sweep + k) & mask
+		v := sh.index[pos]
+		if v == 0 {
+			continue
+		}
+		n++
+		if isKept(v&0xffffff-1, keep, kept) {
+			continue
+		}
+		e := sh.entry(v&0xffffff - 1)
+		at := idleAt(&sh.limits[e.lim].lim, e.st)
+		if at <= now {
+			sh.unlink(uint32(pos))
+			freed++
+			k-- // a later entry may have shifted into pos
+			continue
+		}
+		if at < bestAt {
+			best, bestAt = pos, at
+		}
+	}
+	sh.sweep += 1024
+	if freed > 0 {
+		s.evictedFull.Add(uint64(freed))
+		s.live.Add(int64(-freed))
+		sh.shrink()
+		return
+	}
+	if best < 0 {
+		return // everything scanned is in use by this call: exceed the bound by one
+	}
+	s.evictedPressure.Add(1)
+	sh.removeAt(uint32(best))
+	s.live.Add(-1)
+}
+
+func isKept(i uint32, keep []uint32, kept []bool) bool {
+	for j, k := range keep {
+		if kept[j] && k == i {
+			return true
+		}
+	}
+	return false
+}
+
+// Sweep forgets buckets that are full at now, visiting at most budget index
+// slots across the shards, and returns how many it removed. Call it
+// periodically; each shard is locked only for its share of the budget.
+func (s *Store) Sweep(now int64, budget int) int {
+	removed := 0
+	per := max(budget/len(s.shards), 64)
+	for visited := 0; visited < budget; {
+		sh := &s.shards[s.sweepShard.Add(1)&uint64(len(s.shards)-1)]
+		sh.mu.Lock()
+		n := min(per, len(sh.index))
+		for k := 0; k < n; k++ {
+			pos := uint32(sh.sweep & (len(sh.index) - 1))
+			v := sh.index[pos]
+			if v != 0 {
+				e := sh.entry(v&0xffffff - 1)
+				if idleAt(&sh.limits[e.lim].lim, e.st) <= now {
+					sh.unlink(pos)
+					s.live.Add(-1)
+					removed++
+					continue // a later entry may have shifted into pos
+				}
+			}
+			sh.sweep++
+		}
+		sh.shrink()
+		sh.mu.Unlock()
+		visited += n
+	}
+	return removed
+}

@@ -1,0 +1,252 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestCellMatchesRedisCell(t *testing.T) {
+	// redis-cell's own table: max_burst 4 (limit 5), 1 per second.
+	l, err := NewCellLimit(4, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		at        time.Duration
+		qty       int64
+		remaining int64
+		reset     time.Duration
+		retry     time.Duration // -1 when none
+		limited   bool
+	}{
+		{0, 6, 5, 0, -1, true},
+		{0, 1, 4, sec, -1, false},
+		{0, 1, 3, 2 * sec, -1, false},
+		{0, 1, 2, 3 * sec, -1, false},
+		{0, 1, 1, 4 * sec, -1, false},
+		{0, 1, 0, 5 * sec, -1, false},
+		{0, 1, 0, 5 * sec, sec, true},
+		{3000 * ms, 1, 2, 3000 * ms, -1, false},
+		{3100 * ms, 1, 1, 3900 * ms, -1, false},
+		{4000 * ms, 1, 1, 4000 * ms, -1, false},
+		{8000 * ms, 1, 4, 1000 * ms, -1, false},
+		{9500 * ms, 1, 4, 1000 * ms, -1, false},
+		{9500 * ms, 0, 4, sec, -1, false},
+		{9500 * ms, 2, 2, 3 * sec, -1, false},
+		{9500 * ms, 5, 2, 3 * sec, 3 * sec, true},
+	}
+	s := New(Options{Shards: 1})
+	for i, c := range cases {
+		r := s.Acquire(t0+int64(c.at), Request{Key: []byte("foo"), Limit: &l, Cost: c.qty}, 0, false)
+		retry := r.RetryAfter
+		if r.Allowed {
+			retry = -1
+		}
+		if r.Allowed == c.limited || r.Remaining != c.remaining || r.ResetAfter != int64(c.reset) || retry != int64(c.retry) || r.Limit != 5 {
+			t.Fatalf("case %d: got %+v, want remaining=%d reset=%v retry=%v limited=%v", i, r, c.remaining, c.reset, c.retry, c.limited)
+		}
+	}
+}
+
+func TestAcquireAllIsAllOrNothing(t *testing.T) {
+	s := New(Options{Shards: 8})
+	wide := mustLimit(t, TokenBucket, 1, time.Hour, 100)
+	narrow := mustLimit(t, TokenBucket, 1, time.Hour, 3)
+	reqs := []Request{{Key: []byte("system"), Limit: wide, Cost: 1}, {Key: []byte("system/t"), Limit: narrow, Cost: 1}}
+	for i := 0; i < 3; i++ {
+		if r := s.AcquireAll(t0, reqs, 0, false); !r.Allowed || r.Level != 1 || r.Remaining != int64(2-i) {
+			t.Fatalf("call %d: %+v", i, r)
+		}
+	}
+	r := s.AcquireAll(t0, reqs, 0, false)
+	if r.Allowed || r.Level != 1 || r.RetryAfter != int64(time.Hour) {
+		t.Fatalf("4th call: %+v", r)
+	}
+	// The denied call took nothing from the wide level.
+	if got := s.Acquire(t0, Request{Key: []byte("system"), Limit: wide}, 0, true).Remaining; got != 97 {
+		t.Fatalf("wide level has %d, want 97", got)
+	}
+	// A level that can never admit wins over one that merely must wait.
+	reqs[0].Cost, reqs[1].Cost = 101, 101
+	if r := s.AcquireAll(t0, reqs, 0, false); r.RetryAfter != -1 {
+		t.Fatalf("cost above every capacity: %+v", r)
+	}
+}
+
+func TestConcurrentOneKeyAdmitsExactlyBurst(t *testing.T) {
+	s := New(Options{})
+	l := mustLimit(t, TokenBucket, 1, 24*time.Hour, 1000) // near-zero refill
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				if s.Acquire(time.Now().UnixNano(), Request{Key: []byte("hot"), Limit: l, Cost: 1}, 0, false).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 {
+		t.Fatalf("admitted %d, want exactly BURST=1000", admitted.Load())
+	}
+}
+
+func TestConcurrentMultiLevelNoTornState(t *testing.T) {
+	s := New(Options{})
+	day := 24 * time.Hour
+	levels := []*Limit{mustLimit(t, TokenBucket, 1, day, 5000), mustLimit(t, SlidingWindow, 700, day, 700), mustLimit(t, FixedWindow, 900, day, 900)}
+	keys := [][]byte{[]byte("a"), []byte("a/b"), []byte("a/b/c")}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]Request, 3)
+			for i := 0; i < 50; i++ {
+				for j := range reqs {
+					reqs[j] = Request{Key: keys[j], Limit: levels[j], Cost: 1}
+				}
+				if s.AcquireAll(t0, reqs, 0, false).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 700 {
+		t.Fatalf("admitted %d, want 700 (the tightest level)", admitted.Load())
+	}
+	for j, want := range []int64{5000 - 700, 0, 900 - 700} {
+		if got := s.Acquire(t0, Request{Key: keys[j], Limit: levels[j]}, 0, true).Remaining; got != want {
+			t.Errorf("level %d has %d left, want %d", j, got, want)
+		}
+	}
+}
+
+func TestSweepForgetsFullBuckets(t *testing.T) {
+	s := New(Options{Shards: 4})
+	l := mustLimit(t, TokenBucket, 10, sec, 10)
+	for i := 0; i < 10000; i++ {
+		s.Acquire(t0, Request{Key: []byte(fmt.Sprintf("key:%d", i)), Limit: l, Cost: 1}, 0, false)
+	}
+	if s.Len() != 10000 {
+		t.Fatalf("len %d", s.Len())
+	}
+	if n := s.Sweep(t0+int64(50*ms), 1<<20); n != 0 || s.Len() != 10000 {
+		t.Fatalf("swept %d buckets that were not yet full", n)
+	}
+	if n := s.Sweep(t0+int64(100*ms), 1<<20); n != 10000 || s.Len() != 0 {
+		t.Fatalf("swept %d, len %d; want all 10000 gone", n, s.Len())
+	}
+	// Forgetting lost nothing: a key comes back full.
+	if r := s.Acquire(t0+int64(100*ms), Request{Key: []byte("key:1"), Limit: l, Cost: 0}, 0, true); r.Remaining != 10 {
+		t.Fatalf("remaining %d after sweep", r.Remaining)
+	}
+	for i := range s.shards {
+		if sh := &s.shards[i]; len(sh.index) != minIndex || sh.live != 0 {
+			t.Fatalf("shard kept index %d, %d key bytes after emptying", len(sh.index), sh.live)
+		}
+	}
+}
+
+func TestMaxBucketsEvictsFullFirst(t *testing.T) {
+	s := New(Options{Shards: 1, MaxBuckets: 100})
+	l := mustLimit(t, TokenBucket, 1, sec, 1)
+	slow := mustLimit(t, TokenBucket, 1, time.Hour, 1)
+	for i := 0; i < 50; i++ {
+		s.Acquire(t0, Request{Key: []byte(fmt.Sprintf("slow:%d", i)), Limit: slow, Cost: 1}, 0, false)
+	}
+	for i := 0; i < 50; i++ {
+		s.Acquire(t0, Request{Key: []byte(fmt.Sprintf("fast:%d", i)), Limit: l, Cost: 1}, 0, false)
+	}
+	// Two seconds later the fast buckets are full; a flood of new keys must
+	// evict them, not the slow ones, and never exceed the bound.
+	now := t0 + int64(2*sec)
+	for i := 0; i < 50; i++ {
+		s.Acquire(now, Request{Key: []byte(fmt.Sprintf("new:%d", i)), Limit: slow, Cost: 1}, 0, false)
+		if s.Len() > 100 {
+			t.Fatalf("len %d above the bound", s.Len())
+		}
+	}
+	full, pressure := s.Evictions()
+	if full != 50 || pressure != 0 {
+		t.Fatalf("evictions full=%d pressure=%d, want 50/0", full, pressure)
+	}
+	for i := 0; i < 50; i++ {
+		if r := s.Acquire(now, Request{Key: []byte(fmt.Sprintf("slow:%d", i)), Limit: slow}, 0, true); r.Remaining != 0 {
+			t.Fatalf("slow:%d was evicted", i)
+		}
+	}
+	// Past the full ones, pressure evicts the bucket nearest to full.
+	for i := 0; i < 10; i++ {
+		s.Acquire(now, Request{Key: []byte(fmt.Sprintf("more:%d", i)), Limit: slow, Cost: 1}, 0, false)
+	}
+	if _, pressure = s.Evictions(); pressure != 10 || s.Len() != 100 {
+		t.Fatalf("pressure evictions %d, len %d", pressure, s.Len())
+	}
+}
+
+func TestRefundAndReset(t *testing.T) {
+	s := New(Options{Shards: 2})
+	key := []byte("k")
+	l := mustLimit(t, TokenBucket, 10, sec, 10)
+	s.Acquire(t0, Request{Key: key, Limit: l, Cost: 7}, 0, false)
+	r, found := s.Refund(t0, key, nil, 2)
+	if !found || r.Remaining != 5 {
+		t.Fatalf("refund 2: %+v found=%v", r, found)
+	}
+	// Capped at capacity, and a full bucket is forgotten.
+	if r, _ = s.Refund(t0, key, l, 100); r.Remaining != 10 || s.Len() != 0 {
+		t.Fatalf("refund 100: %+v len=%d", r, s.Len())
+	}
+	if _, found = s.Refund(t0, []byte("nobody"), nil, 1); found {
+		t.Fatal("refund of a missing bucket without a limit found one")
+	}
+	for _, a := range []Algo{FixedWindow, SlidingWindow, GCRA, LeakyBucket} {
+		l := mustLimit(t, a, 10, sec, 10)
+		s.Acquire(t0, Request{Key: key, Limit: l, Cost: 6}, 0, false)
+		if r, _ := s.Refund(t0, key, l, 4); r.Remaining != 8 {
+			t.Fatalf("%v refund: remaining %d, want 8", a, r.Remaining)
+		}
+		if !s.Reset(key) || s.Reset(key) {
+			t.Fatalf("%v: reset should report 1 then 0", a)
+		}
+	}
+	cl, _ := NewCellLimit(4, 1, 1)
+	s.Acquire(t0, Request{Key: key, Limit: &cl, Cost: 3}, 0, false)
+	if r, _ := s.Refund(t0, key, nil, 1); r.Remaining != 3 {
+		t.Fatalf("cell refund: %+v", r)
+	}
+}
+
+func TestManyKeysSurviveGrowthShrinkAndCompaction(t *testing.T) {
+	s := New(Options{Shards: 2})
+	l := mustLimit(t, TokenBucket, 1, time.Hour, 5)
+	const n = 50000
+	key := func(i int) []byte { return []byte(fmt.Sprintf("user:%07d:with-a-longer-suffix", i)) }
+	for i := 0; i < n; i++ {
+		s.Acquire(t0, Request{Key: key(i), Limit: l, Cost: int64(i%5 + 1)}, 0, false)
+	}
+	// Delete four in five: forces shrinking and key-arena compaction.
+	for i := 0; i < n; i++ {
+		if i%5 != 0 && !s.Reset(key(i)) {
+			t.Fatalf("reset %d missed", i)
+		}
+	}
+	for i := 0; i < n; i += 5 {
+		if r := s.Acquire(t0, Request{Key: key(i), Limit: l}, 0, true); r.Remaining != 4 {
+			t.Fatalf("key %d: remaining %d, want 4", i, r.Remaining)
+		}
+	}
+	if s.Len() != n/5 {
+		t.Fatalf("len %d", s.Len())
+	}
+}
