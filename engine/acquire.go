@@ -5,6 +5,7 @@ import "math"
 // Request is one bucket's share of an acquire: its key, its limit and the
 // tokens to take from it.
 type Request struct {
+	Space Space
 	Key   []byte
 	Limit *Limit
 	Cost  int64
@@ -65,7 +66,7 @@ func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []b
 // Acquire charges one bucket: AcquireAll for a single request, without the
 // bookkeeping of several locks.
 func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result {
-	lv := level{h: s.hash(r.Key)}
+	lv := level{h: s.hash(r.Space, r.Key)}
 	sh := &s.shards[lv.h.shard]
 	sh.mu.Lock()
 	s.eval(&lv, &r, now, maxWait)
@@ -108,7 +109,7 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 	)
 	nl := 0
 	for i := range reqs {
-		lvs[i].h = s.hash(reqs[i].Key)
+		lvs[i].h = s.hash(reqs[i].Space, reqs[i].Key)
 		nl = insertSorted(order[:], nl, lvs[i].h.shard)
 	}
 	for _, si := range order[:nl] {
@@ -194,8 +195,8 @@ func combine(outs []outcome, reqs []Request) Result {
 }
 
 // Limit returns the limit a stored bucket was last charged under.
-func (s *Store) Limit(key []byte) (Limit, bool) {
-	h := s.hash(key)
+func (s *Store) Limit(space Space, key []byte) (Limit, bool) {
+	h := s.hash(space, key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -208,8 +209,8 @@ func (s *Store) Limit(key []byte) (Limit, bool) {
 // Refund gives n tokens back to key's bucket (never beyond its capacity) and
 // returns its state afterwards. lim nil means the bucket's own limit; then
 // found is false if there is no bucket (a missing bucket is full).
-func (s *Store) Refund(now int64, key []byte, lim *Limit, n int64) (res Result, found bool) {
-	h := s.hash(key)
+func (s *Store) Refund(now int64, space Space, key []byte, lim *Limit, n int64) (res Result, found bool) {
+	h := s.hash(space, key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -281,8 +282,8 @@ func refundState(l *Limit, st state, now, n int64) state {
 }
 
 // Reset forgets key's bucket and reports whether there was one.
-func (s *Store) Reset(key []byte) bool {
-	h := s.hash(key)
+func (s *Store) Reset(space Space, key []byte) bool {
+	h := s.hash(space, key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

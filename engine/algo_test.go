@@ -274,7 +274,7 @@ func TestRescale(t *testing.T) {
 		t.Fatalf("fixed window refused the carried token: %+v", r)
 	}
 	// And the stored limit follows the last admitted call.
-	if got, _ := s.Limit(key); got.Algo != FixedWindow || got.Rate != 5 {
+	if got, _ := s.Limit(SpaceInline, key); got.Algo != FixedWindow || got.Rate != 5 {
 		t.Fatalf("stored limit %+v", got)
 	}
 }

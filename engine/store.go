@@ -83,15 +83,27 @@ func (s *Store) Evictions() (full, pressure uint64) {
 // MaxBuckets returns the configured bound on live buckets, 0 if none.
 func (s *Store) MaxBuckets() int { return s.perShard << s.shardBits }
 
+// Space separates key namespaces that share the store: a key in one space
+// never meets the same bytes in another.
+type Space uint8
+
+// The key spaces: inline limits (RL.ACQUIRE key RATE …, CL.THROTTLE) and
+// buckets of the budget tree.
+const (
+	SpaceInline Space = iota
+	SpaceBudget
+)
+
 type hashed struct {
 	shard uint32
 	hlo   uint32
 	tag   uint8
+	space Space
 }
 
-func (s *Store) hash(key []byte) hashed {
-	h := maphash.Bytes(s.seed, key)
-	return hashed{shard: uint32(h >> (64 - s.shardBits)), hlo: uint32(h), tag: uint8(h >> 32)}
+func (s *Store) hash(space Space, key []byte) hashed {
+	h := maphash.Bytes(s.seed, key) ^ uint64(space)*0x9e3779b97f4a7c15
+	return hashed{shard: uint32(h >> (64 - s.shardBits)), hlo: uint32(h), tag: uint8(h >> 32), space: space}
 }
 
 // --- shard: open addressing with linear probing and backward-shift delete ----
@@ -106,13 +118,13 @@ const (
 )
 
 type entry struct {
-	koff uint32 // chunk<<16 | offset in the key arena
-	klen uint16
-	tag  uint8
-	_    uint8
-	lim  uint32 // index into shard.limits
-	hlo  uint32 // low hash bits: home slot, and rehash without the key
-	st   state
+	koff  uint32 // chunk<<16 | offset in the key arena
+	klen  uint16
+	tag   uint8
+	space Space
+	lim   uint32 // index into shard.limits
+	hlo   uint32 // low hash bits: home slot, and rehash without the key
+	st    state
 }
 
 type page [pageSize]entry
@@ -165,7 +177,7 @@ func (sh *shard) find(h hashed, key []byte) (uint32, bool) {
 		}
 		i := v&0xffffff - 1
 		e := sh.entry(i)
-		if e.hlo == h.hlo && int(e.klen) == len(key) && bytes.Equal(sh.key(e), key) {
+		if e.hlo == h.hlo && e.space == h.space && int(e.klen) == len(key) && bytes.Equal(sh.key(e), key) {
 			return i, true
 		}
 	}
@@ -198,7 +210,7 @@ func (sh *shard) insert(h hashed, key []byte, lim uint32, st state) uint32 {
 			sh.pages = append(sh.pages, new(page))
 		}
 	}
-	*sh.entry(i) = entry{koff: sh.addKey(key), klen: uint16(len(key)), tag: h.tag, lim: lim, hlo: h.hlo, st: st}
+	*sh.entry(i) = entry{koff: sh.addKey(key), klen: uint16(len(key)), tag: h.tag, space: h.space, lim: lim, hlo: h.hlo, st: st}
 	sh.count++
 	if sh.count*4 > len(sh.index)*3 {
 		sh.resize(len(sh.index) * 2)

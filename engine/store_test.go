@@ -199,30 +199,30 @@ func TestRefundAndReset(t *testing.T) {
 	key := []byte("k")
 	l := mustLimit(t, TokenBucket, 10, sec, 10)
 	s.Acquire(t0, Request{Key: key, Limit: l, Cost: 7}, 0, false)
-	r, found := s.Refund(t0, key, nil, 2)
+	r, found := s.Refund(t0, SpaceInline, key, nil, 2)
 	if !found || r.Remaining != 5 {
 		t.Fatalf("refund 2: %+v found=%v", r, found)
 	}
 	// Capped at capacity, and a full bucket is forgotten.
-	if r, _ = s.Refund(t0, key, l, 100); r.Remaining != 10 || s.Len() != 0 {
+	if r, _ = s.Refund(t0, SpaceInline, key, l, 100); r.Remaining != 10 || s.Len() != 0 {
 		t.Fatalf("refund 100: %+v len=%d", r, s.Len())
 	}
-	if _, found = s.Refund(t0, []byte("nobody"), nil, 1); found {
+	if _, found = s.Refund(t0, SpaceInline, []byte("nobody"), nil, 1); found {
 		t.Fatal("refund of a missing bucket without a limit found one")
 	}
 	for _, a := range []Algo{FixedWindow, SlidingWindow, GCRA, LeakyBucket} {
 		l := mustLimit(t, a, 10, sec, 10)
 		s.Acquire(t0, Request{Key: key, Limit: l, Cost: 6}, 0, false)
-		if r, _ := s.Refund(t0, key, l, 4); r.Remaining != 8 {
+		if r, _ := s.Refund(t0, SpaceInline, key, l, 4); r.Remaining != 8 {
 			t.Fatalf("%v refund: remaining %d, want 8", a, r.Remaining)
 		}
-		if !s.Reset(key) || s.Reset(key) {
+		if !s.Reset(SpaceInline, key) || s.Reset(SpaceInline, key) {
 			t.Fatalf("%v: reset should report 1 then 0", a)
 		}
 	}
 	cl, _ := NewCellLimit(4, 1, 1)
 	s.Acquire(t0, Request{Key: key, Limit: &cl, Cost: 3}, 0, false)
-	if r, _ := s.Refund(t0, key, nil, 1); r.Remaining != 3 {
+	if r, _ := s.Refund(t0, SpaceInline, key, nil, 1); r.Remaining != 3 {
 		t.Fatalf("cell refund: %+v", r)
 	}
 }
@@ -237,7 +237,7 @@ func TestManyKeysSurviveGrowthShrinkAndCompaction(t *testing.T) {
 	}
 	// Delete four in five: forces shrinking and key-arena compaction.
 	for i := 0; i < n; i++ {
-		if i%5 != 0 && !s.Reset(key(i)) {
+		if i%5 != 0 && !s.Reset(SpaceInline, key(i)) {
 			t.Fatalf("reset %d missed", i)
 		}
 	}
@@ -248,5 +248,18 @@ func TestManyKeysSurviveGrowthShrinkAndCompaction(t *testing.T) {
 	}
 	if s.Len() != n/5 {
 		t.Fatalf("len %d", s.Len())
+	}
+}
+
+func TestSpacesAreSeparate(t *testing.T) {
+	s := New(Options{Shards: 1})
+	l := mustLimit(t, TokenBucket, 1, time.Hour, 2)
+	key := []byte("system/p/t")
+	s.Acquire(t0, Request{Space: SpaceInline, Key: key, Limit: l, Cost: 2}, 0, false)
+	if r := s.Acquire(t0, Request{Space: SpaceBudget, Key: key, Limit: l, Cost: 1}, 0, false); !r.Allowed {
+		t.Fatalf("budget bucket shared the inline bucket's tokens: %+v", r)
+	}
+	if !s.Reset(SpaceBudget, key) || !s.Reset(SpaceInline, key) || s.Len() != 0 {
+		t.Fatal("each space should hold its own bucket")
 	}
 }

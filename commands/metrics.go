@@ -1,0 +1,142 @@
+package commands
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Metrics are the Prometheus figures of SPEC §9 that the command path moves.
+// Every child a request touches is resolved ahead of time, so counting costs
+// an atomic add and no allocation.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	commands  []prometheus.Counter
+	durations []prometheus.Observer
+	unknown   prometheus.Counter
+
+	acquire *prometheus.CounterVec
+	tokens  *prometheus.CounterVec
+	inline  acquireCounters
+
+	ConnectionsReceived prometheus.Counter
+	ConnectionsRejected *prometheus.CounterVec
+	ProtocolErrors      prometheus.Counter
+}
+
+// acquireCounters are one budget label's pre-resolved children.
+type acquireCounters struct {
+	allowed, denied, degraded prometheus.Counter
+	tokens                    prometheus.Counter
+}
+
+// NewMetrics creates the command metrics for reg's commands on a fresh
+// Prometheus registry.
+func NewMetrics(reg *Registry) *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	cmds := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_commands_total", Help: "Commands processed, by command.",
+	}, []string{"cmd"})
+	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_command_duration_seconds",
+		Help:    "Time to execute a command, from parsed to reply buffered (WAIT time included).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 11), // 1µs … ~1s
+	}, []string{"cmd"})
+	m.acquire = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_acquire_total",
+		Help: "RL.ACQUIRE and CL.THROTTLE calls by budget (first path segment, or inline) and result.",
+	}, []string{"budget", "result"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_tokens_consumed_total", Help: "Tokens consumed by admitted calls, by budget.",
+	}, []string{"budget"})
+	m.ConnectionsReceived = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_connections_received_total", Help: "Client connections accepted.",
+	})
+	m.ConnectionsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_connections_rejected_total", Help: "Client connections refused, by reason.",
+	}, []string{"reason"})
+	m.ProtocolErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_protocol_errors_total", Help: "Connections closed for a RESP protocol violation or size limit.",
+	})
+	for _, c := range reg.Commands() {
+		name := lower(c.Name)
+		m.commands = append(m.commands, cmds.WithLabelValues(name))
+		m.durations = append(m.durations, dur.WithLabelValues(name))
+	}
+	m.unknown = cmds.WithLabelValues("unknown")
+	m.inline = m.Budget("inline")
+	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ProtocolErrors)
+	return m
+}
+
+// Budget returns the acquire counters of one budget label. Call it once per
+// label and keep the result; the label set must stay bounded.
+func (m *Metrics) Budget(label string) acquireCounters {
+	return acquireCounters{
+		allowed:  m.acquire.WithLabelValues(label, "allowed"),
+		denied:   m.acquire.WithLabelValues(label, "denied"),
+		degraded: m.acquire.WithLabelValues(label, "degraded"),
+		tokens:   m.tokens.WithLabelValues(label),
+	}
+}
+
+// Command counts one execution of c taking seconds.
+func (m *Metrics) Command(c *Command, seconds float64) {
+	m.commands[c.id].Inc()
+	m.durations[c.id].Observe(seconds)
+}
+
+// Unknown counts a command sluice does not know.
+func (m *Metrics) Unknown() { m.unknown.Inc() }
+
+func (a acquireCounters) count(allowed int, cost int64) {
+	switch allowed {
+	case 1:
+		a.allowed.Inc()
+		a.tokens.Add(float64(cost))
+	case 2:
+		a.degraded.Inc()
+		a.tokens.Add(float64(cost))
+	default:
+		a.denied.Inc()
+	}
+}
+
+// TotalCommands returns the number of commands processed, for INFO.
+func (m *Metrics) TotalCommands() int64 {
+	var n float64
+	for _, c := range m.commands {
+		n += value(c)
+	}
+	return int64(n + value(m.unknown))
+}
+
+// AcquireTotals returns admitted and denied acquires, for INFO.
+func (m *Metrics) AcquireTotals() (allowed, denied int64) {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { m.acquire.Collect(ch); close(ch) }()
+	for mt := range ch {
+		var d dto.Metric
+		if mt.Write(&d) != nil {
+			continue
+		}
+		for _, lp := range d.Label {
+			if lp.GetName() == "result" {
+				if lp.GetValue() == "denied" {
+					denied += int64(d.Counter.GetValue())
+				} else {
+					allowed += int64(d.Counter.GetValue())
+				}
+			}
+		}
+	}
+	return allowed, denied
+}
+
+func value(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	return d.Counter.GetValue()
+}

@@ -1,0 +1,104 @@
+// Package commands holds every command sluice answers: a registry of name,
+// arity, flags and handler, and one file per family (limit.go for the
+// limiting commands, conn.go for connection commands, server.go for server
+// commands). Handlers write their replies through redcon.Conn and never
+// block except where a command's contract says so (RL.ACQUIRE … WAIT).
+package commands
+
+import (
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// Flag describes what a command may do, for ACL checks and COMMAND INFO.
+type Flag uint16
+
+const (
+	// FlagNoAuth commands run before AUTH (AUTH, HELLO, QUIT, RESET).
+	FlagNoAuth Flag = 1 << iota
+	// FlagAdmin commands need the admin role.
+	FlagAdmin
+	// FlagWrite commands change replicated state.
+	FlagWrite
+	// FlagReadOnly commands change nothing.
+	FlagReadOnly
+	// FlagFast commands answer in constant time.
+	FlagFast
+)
+
+// Command is one entry of the registry.
+type Command struct {
+	Name  string // upper case, as COMMAND reports it
+	Arity int    // Redis convention: n exact, −n at least n (name included)
+	Flags Flag
+	// FirstKey is the position of the first key argument (0 if none), for
+	// COMMAND INFO and redis-cli's cluster hints.
+	FirstKey int
+	Summary  string
+	Syntax   string
+	Handler  func(*Ctx)
+
+	id int // index into per-command metrics
+}
+
+// Ctx is one command invocation.
+type Ctx struct {
+	Conn redcon.Conn
+	Args [][]byte
+	S    *Session
+	Env  *Env
+	Cmd  *Command
+}
+
+// Registry maps command names to commands.
+type Registry struct {
+	byName map[string]*Command
+	list   []*Command
+}
+
+// NewRegistry returns a registry holding every sluice command.
+func NewRegistry() *Registry {
+	r := &Registry{byName: map[string]*Command{}}
+	for _, group := range [][]*Command{connCommands(), serverCommands(), limitCommands()} {
+		for _, c := range group {
+			r.add(c)
+		}
+	}
+	return r
+}
+
+func (r *Registry) add(c *Command) {
+	c.id = len(r.list)
+	r.list = append(r.list, c)
+	r.byName[strings.ToLower(c.Name)] = c
+}
+
+// Commands returns every command in registration order.
+func (r *Registry) Commands() []*Command { return r.list }
+
+// Lookup finds a command by name, case-insensitively, without allocating.
+func (r *Registry) Lookup(name []byte) *Command {
+	var buf [32]byte
+	if len(name) > len(buf) {
+		return nil
+	}
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return r.byName[string(buf[:len(name)])]
+}
+
+// ArityOK reports whether n arguments (name included) suit the command.
+func (c *Command) ArityOK(n int) bool {
+	if c.Arity >= 0 {
+		return n == c.Arity
+	}
+	return n >= -c.Arity
+}
+
+// ID is the command's index in the registry.
+func (c *Command) ID() int { return c.id }

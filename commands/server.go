@@ -1,0 +1,264 @@
+package commands
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+	"time"
+)
+
+func serverCommands() []*Command {
+	return []*Command{
+		{Name: "COMMAND", Arity: -1, Flags: FlagReadOnly, Handler: commandCmd, Summary: "Describe sluice's commands.", Syntax: "[COUNT | DOCS [name …] | INFO [name …] | LIST]"},
+		{Name: "INFO", Arity: -1, Flags: FlagReadOnly, Handler: infoCmd, Summary: "Server information and statistics.", Syntax: "[section …]"},
+		{Name: "DBSIZE", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: dbsizeCmd, Summary: "Number of live buckets.", Syntax: ""},
+		{Name: "TIME", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: timeCmd, Summary: "The server's clock.", Syntax: ""},
+		{Name: "CONFIG", Arity: -2, Flags: FlagAdmin, Handler: configCmd, Summary: "Read the server's settings.", Syntax: "GET pattern [pattern …]"},
+	}
+}
+
+func flagNames(c *Command) []string {
+	var f []string
+	if c.Flags&FlagWrite != 0 {
+		f = append(f, "write")
+	}
+	if c.Flags&FlagReadOnly != 0 {
+		f = append(f, "readonly")
+	}
+	if c.Flags&FlagAdmin != 0 {
+		f = append(f, "admin")
+	}
+	if c.Flags&FlagNoAuth != 0 {
+		f = append(f, "no_auth")
+	}
+	if c.Flags&FlagFast != 0 {
+		f = append(f, "fast")
+	}
+	return f
+}
+
+// writeCommandInfo writes one COMMAND INFO entry in Redis 7's ten-field
+// form: name, arity, flags, first key, last key, step, ACL categories, tips,
+// key specs, subcommands.
+func writeCommandInfo(ctx *Ctx, c *Command) {
+	w := ctx.Conn
+	w.WriteArray(10)
+	w.WriteBulkString(lower(c.Name))
+	w.WriteInt(c.Arity)
+	flags := flagNames(c)
+	w.WriteArray(len(flags))
+	for _, f := range flags {
+		w.WriteString(f)
+	}
+	w.WriteInt(c.FirstKey)
+	w.WriteInt(c.FirstKey)
+	if c.FirstKey > 0 {
+		w.WriteInt(1)
+	} else {
+		w.WriteInt(0)
+	}
+	w.WriteArray(0)
+	w.WriteArray(0)
+	w.WriteArray(0)
+	w.WriteArray(0)
+}
+
+// writeCommandDocs writes one COMMAND DOCS entry: a flat map with summary,
+// since, group and complexity, which is what redis-cli reads for hints.
+func writeCommandDocs(ctx *Ctx, c *Command) {
+	w := ctx.Conn
+	w.WriteBulkString(lower(c.Name))
+	w.WriteArray(8)
+	w.WriteBulkString("summary")
+	w.WriteBulkString(c.Summary + " Syntax: " + c.Name + " " + c.Syntax)
+	w.WriteBulkString("since")
+	w.WriteBulkString("0.1.0")
+	w.WriteBulkString("group")
+	group := "connection"
+	if strings.HasPrefix(c.Name, "RL.") || strings.HasPrefix(c.Name, "CL.") {
+		group = "module"
+	} else if c.Flags&FlagAdmin != 0 || c.Name == "INFO" || c.Name == "COMMAND" || c.Name == "DBSIZE" || c.Name == "TIME" {
+		group = "server"
+	}
+	w.WriteBulkString(group)
+	w.WriteBulkString("complexity")
+	w.WriteBulkString("O(1)")
+}
+
+func commandCmd(ctx *Ctx) {
+	a := ctx.Args
+	reg := ctx.Env.Registry
+	if len(a) == 1 {
+		ctx.Conn.WriteArray(len(reg.list))
+		for _, c := range reg.list {
+			writeCommandInfo(ctx, c)
+		}
+		return
+	}
+	// selected returns the named commands, or all of them when none is named.
+	selected := func() []*Command {
+		if len(a) == 2 {
+			return reg.list
+		}
+		out := make([]*Command, 0, len(a)-2)
+		for _, n := range a[2:] {
+			out = append(out, reg.Lookup(n))
+		}
+		return out
+	}
+	switch sub := a[1]; {
+	case eq(sub, "COUNT") && len(a) == 2:
+		ctx.Conn.WriteInt(len(reg.list))
+	case eq(sub, "INFO"):
+		cs := selected()
+		ctx.Conn.WriteArray(len(cs))
+		for _, c := range cs {
+			if c == nil {
+				ctx.Conn.WriteNull()
+			} else {
+				writeCommandInfo(ctx, c)
+			}
+		}
+	case eq(sub, "DOCS"):
+		var cs []*Command
+		for _, c := range selected() {
+			if c != nil {
+				cs = append(cs, c)
+			}
+		}
+		ctx.Conn.WriteArray(2 * len(cs))
+		for _, c := range cs {
+			writeCommandDocs(ctx, c)
+		}
+	case eq(sub, "LIST") && len(a) == 2:
+		ctx.Conn.WriteArray(len(reg.list))
+		for _, c := range reg.list {
+			ctx.Conn.WriteBulkString(lower(c.Name))
+		}
+	default:
+		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try COMMAND HELP.")
+	}
+}
+
+func dbsizeCmd(ctx *Ctx) { ctx.Conn.WriteInt(ctx.Env.Store.Len()) }
+
+func timeCmd(ctx *Ctx) {
+	now := time.Now()
+	ctx.Conn.WriteArray(2)
+	ctx.Conn.WriteBulkString(itoa(now.Unix()))
+	ctx.Conn.WriteBulkString(itoa(int64(now.Nanosecond() / 1000)))
+}
+
+func configCmd(ctx *Ctx) {
+	a := ctx.Args
+	if !eq(a[1], "GET") {
+		if eq(a[1], "SET") {
+			ctx.Conn.WriteError("ERR CONFIG SET is not supported: settings are fixed at start (flags, SLUICE_* variables, --config file)")
+			return
+		}
+		ctx.Conn.WriteError("ERR unknown subcommand '" + printable(a[1], 64) + "'. Try CONFIG GET.")
+		return
+	}
+	if len(a) < 3 {
+		ctx.Conn.WriteError(WrongArity("config|get"))
+		return
+	}
+	var out []Setting
+	for _, s := range ctx.Env.Settings() {
+		for _, p := range a[2:] {
+			if ok, _ := path.Match(strings.ToLower(string(p)), s.Name); ok {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	ctx.Conn.WriteArray(2 * len(out))
+	for _, s := range out {
+		ctx.Conn.WriteBulkString(s.Name)
+		ctx.Conn.WriteBulkString(s.Value)
+	}
+}
+
+// InfoSections are INFO's sections in order; "buckets" stands where Redis
+// has "keyspace".
+var InfoSections = []string{"server", "clients", "stats", "memory", "buckets", "raft"}
+
+func infoCmd(ctx *Ctx) {
+	want := map[string]bool{}
+	for _, a := range ctx.Args[1:] {
+		want[strings.ToLower(string(a))] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	for _, sec := range InfoSections {
+		if !all && !want[sec] {
+			continue
+		}
+		fields := ctx.Env.infoSection(sec)
+		if fields == nil {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + strings.ToUpper(sec[:1]) + sec[1:] + "\r\n")
+		for _, f := range fields {
+			b.WriteString(f.Name + ":" + f.Value + "\r\n")
+		}
+	}
+	ctx.Conn.WriteBulkString(b.String())
+}
+
+// infoSection returns one INFO section's fields.
+func (env *Env) infoSection(sec string) []InfoField {
+	f := func(name string, v any) InfoField { return InfoField{Name: name, Value: fmt.Sprint(v)} }
+	switch sec {
+	case "server":
+		up := time.Since(env.Started)
+		return []InfoField{
+			f("sluice_version", env.Version),
+			f("redis_version", "7.2.0"), // what clients that parse INFO should assume of the protocol
+			f("redis_mode", "standalone"),
+			f("os", runtime.GOOS+" "+runtime.GOARCH),
+			f("arch_bits", 64),
+			f("go_version", runtime.Version()),
+			f("process_id", os.Getpid()),
+			f("uptime_in_seconds", int64(up/time.Second)),
+			f("uptime_in_days", int64(up/(24*time.Hour))),
+		}
+	case "clients":
+		return []InfoField{f("connected_clients", env.Clients.Len())}
+	case "stats":
+		allowed, denied := env.Metrics.AcquireTotals()
+		full, pressure := env.Store.Evictions()
+		return []InfoField{
+			f("total_connections_received", int64(value(env.Metrics.ConnectionsReceived))),
+			f("total_commands_processed", env.Metrics.TotalCommands()),
+			f("acquire_allowed", allowed),
+			f("acquire_denied", denied),
+			f("evicted_full_buckets", full),
+			f("evicted_buckets_under_pressure", pressure),
+		}
+	case "memory":
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return []InfoField{
+			f("used_memory", m.HeapAlloc),
+			f("used_memory_human", fmt.Sprintf("%.2fM", float64(m.HeapAlloc)/(1<<20))),
+			f("used_memory_rss", m.Sys),
+			f("total_system_memory", m.Sys),
+			f("gc_cycles", m.NumGC),
+		}
+	case "buckets":
+		return []InfoField{
+			f("buckets", env.Store.Len()),
+			f("max_buckets", env.Store.MaxBuckets()),
+		}
+	}
+	if env.Info != nil {
+		return env.Info(sec)
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+package commands
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Role is what an authenticated user may do.
+type Role uint8
+
+// The roles. RoleNone is a connection that has not authenticated where a
+// password is required.
+const (
+	RoleNone Role = iota
+	RoleLimiter
+	RoleAdmin
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleLimiter:
+		return "limiter"
+	case RoleAdmin:
+		return "admin"
+	}
+	return "none"
+}
+
+// ParseRole parses "limiter" or "admin".
+func ParseRole(s string) (Role, bool) {
+	switch strings.ToLower(s) {
+	case "limiter":
+		return RoleLimiter, true
+	case "admin":
+		return RoleAdmin, true
+	}
+	return RoleNone, false
+}
+
+// Session is one client connection's state.
+type Session struct {
+	ID        int64
+	Addr      string
+	LocalAddr string
+	Created   time.Time
+
+	lastActive atomic.Int64 // unix ns
+	lastCmd    atomic.Pointer[Command]
+	kill       func()
+
+	mu      sync.Mutex
+	name    string
+	libName string
+	libVer  string
+	user    string
+	role    Role
+
+	ctx Ctx
+}
+
+// NewSession returns the state of a new connection. kill closes it from
+// another goroutine (CLIENT KILL).
+func NewSession(id int64, addr, local string, role Role, kill func()) *Session {
+	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", role: role}
+	s.lastActive.Store(s.Created.UnixNano())
+	return s
+}
+
+// Touch records that the session ran c at now.
+func (s *Session) Touch(c *Command, now int64) {
+	s.lastActive.Store(now)
+	s.lastCmd.Store(c)
+}
+
+// Role returns the session's role.
+func (s *Session) Role() Role {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.role
+}
+
+func (s *Session) setAuth(user string, role Role) {
+	s.mu.Lock()
+	s.user, s.role = user, role
+	s.mu.Unlock()
+}
+
+// Allowed reports whether the session may run c, and the error to send if not.
+func (s *Session) Allowed(c *Command) (bool, string) {
+	role := s.Role()
+	switch {
+	case c.Flags&FlagNoAuth != 0:
+		return true, ""
+	case role == RoleNone:
+		return false, errNoAuth
+	case c.Flags&FlagAdmin != 0 && role != RoleAdmin:
+		return false, "NOPERM User " + s.user + " has no permissions to run the '" + lower(c.Name) + "' command"
+	}
+	return true, ""
+}
+
+// Clients tracks live sessions for CLIENT LIST, CLIENT KILL and INFO.
+type Clients struct {
+	mu     sync.Mutex
+	byID   map[int64]*Session
+	nextID atomic.Int64
+}
+
+// NewClients returns an empty client table.
+func NewClients() *Clients { return &Clients{byID: map[int64]*Session{}} }
+
+// NextID returns a fresh client id.
+func (cs *Clients) NextID() int64 { return cs.nextID.Add(1) }
+
+// Add registers a session.
+func (cs *Clients) Add(s *Session) {
+	cs.mu.Lock()
+	cs.byID[s.ID] = s
+	cs.mu.Unlock()
+}
+
+// Remove forgets a session.
+func (cs *Clients) Remove(s *Session) {
+	cs.mu.Lock()
+	delete(cs.byID, s.ID)
+	cs.mu.Unlock()
+}
+
+// Len returns the number of connected clients.
+func (cs *Clients) Len() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byID)
+}
+
+// Snapshot returns the sessions ordered by id.
+func (cs *Clients) Snapshot() []*Session {
+	cs.mu.Lock()
+	out := make([]*Session, 0, len(cs.byID))
+	for _, s := range cs.byID {
+		out = append(out, s)
+	}
+	cs.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Line renders a session as a CLIENT LIST line.
+func (s *Session) Line(now time.Time) string {
+	s.mu.Lock()
+	name, lib, ver, user := s.name, s.libName, s.libVer, s.user
+	s.mu.Unlock()
+	cmd := "NULL"
+	if c := s.lastCmd.Load(); c != nil {
+		cmd = lower(c.Name)
+	}
+	idle := now.Sub(time.Unix(0, s.lastActive.Load())) / time.Second
+	var b strings.Builder
+	b.WriteString("id=" + strconv.FormatInt(s.ID, 10))
+	b.WriteString(" addr=" + s.Addr + " laddr=" + s.LocalAddr)
+	b.WriteString(" name=" + name)
+	b.WriteString(" age=" + strconv.FormatInt(int64(now.Sub(s.Created)/time.Second), 10))
+	b.WriteString(" idle=" + strconv.FormatInt(int64(idle), 10))
+	b.WriteString(" flags=N db=0 sub=0 psub=0 multi=-1")
+	b.WriteString(" user=" + user + " resp=2")
+	b.WriteString(" cmd=" + cmd)
+	b.WriteString(" lib-name=" + lib + " lib-ver=" + ver)
+	return b.String()
+}
+
+// Auth holds the credentials clients may present.
+type Auth struct {
+	users map[string]credential
+}
+
+type credential struct {
+	hash [32]byte
+	role Role
+}
+
+// NewAuth returns credentials: requirepass (if not empty) for the user
+// "default" as admin, plus the ACL users (name → role and SHA-256 of the
+// password).
+func NewAuth(requirepass string, acl []ACLUser) *Auth {
+	a := &Auth{users: map[string]credential{}}
+	if requirepass != "" {
+		a.users["default"] = credential{hash: sha256.Sum256([]byte(requirepass)), role: RoleAdmin}
+	}
+	for _, u := range acl {
+		a.users[u.Name] = credential{hash: u.Hash, role: u.Role}
+	}
+	return a
+}
+
+// ACLUser is one user of the ACL file.
+type ACLUser struct {
+	Name string
+	Role Role
+	Hash [32]byte // SHA-256 of the password
+}
+
+// Required reports whether clients must authenticate.
+func (a *Auth) Required() bool { return a != nil && len(a.users) > 0 }
+
+// Check verifies a password in constant time (for a known user) and
+// returns the user's role.
+func (a *Auth) Check(user, pass []byte) (Role, bool) {
+	c, ok := a.users[string(user)]
+	h := sha256.Sum256(pass)
+	if !ok {
+		// Compare anyway so that unknown users cost the same time.
+		subtle.ConstantTimeCompare(h[:], make([]byte, 32))
+		return RoleNone, false
+	}
+	if subtle.ConstantTimeCompare(h[:], c.hash[:]) != 1 {
+		return RoleNone, false
+	}
+	return c.role, true
+}
+
+// Env is everything handlers share: the engine, the clock, the client
+// table, credentials, metrics and settings.
+type Env struct {
+	Store    *engine.Store
+	Now      func() int64
+	Clients  *Clients
+	Auth     *Auth
+	Metrics  *Metrics
+	Registry *Registry
+	Version  string
+	Started  time.Time
+	// MaxKeyLen bounds keys and budget paths, in bytes.
+	MaxKeyLen int
+	// Settings lists the server's settings for CONFIG GET and INFO.
+	Settings func() []Setting
+	// Info adds server-wide INFO sections (raft, …) the commands package
+	// does not own; it may be nil.
+	Info func(section string) []InfoField
+	// Shutdown is closed when the server begins to stop.
+	Shutdown <-chan struct{}
+}
+
+// Setting is one configuration value as CONFIG GET shows it.
+type Setting struct {
+	Name  string
+	Value string
+}
+
+// InfoField is one "name:value" line of INFO.
+type InfoField struct {
+	Name  string
+	Value string
+}
+
+// Ctx returns the session's reusable invocation context, filled for one
+// command: commands on a connection run one at a time, so one suffices and
+// dispatch allocates nothing.
+func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx {
+	s.ctx = Ctx{Conn: c, Args: args, S: s, Env: env, Cmd: cmd}
+	return &s.ctx
+}

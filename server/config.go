@@ -1,0 +1,380 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting of a sluice node. Load fills it from defaults, a
+// --config file, SLUICE_* environment variables and flags, in increasing
+// order of precedence; Validate checks it as a whole.
+type Config struct {
+	RespAddr        string
+	HTTPAddr        string
+	RaftAddr        string
+	Advertise       string
+	DataDir         string
+	NodeID          string
+	BootstrapPeers  string
+	Join            string
+	Budgets         string
+	RequirePass     string
+	ACLFile         string
+	TLSCert         string
+	TLSKey          string
+	TLSCA           string
+	ProtectedMode   bool
+	MaxClients      int
+	MaxBuckets      int
+	MaxKeyLen       int
+	MaxBulkLen      int
+	MaxArgs         int
+	Shards          int
+	SyncInterval    time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+	ConfigFile      string
+}
+
+// setting binds one Config field to its flag name (also its file key and,
+// upper-cased with SLUICE_, its environment variable).
+type setting struct {
+	name   string
+	usage  string
+	secret bool
+	def    string
+	bind   func(c *Config, fs *flag.FlagSet, name, usage, def string)
+}
+
+func str(get func(*Config) *string) func(*Config, *flag.FlagSet, string, string, string) {
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) { fs.StringVar(get(c), name, def, usage) }
+}
+
+func num(get func(*Config) *int) func(*Config, *flag.FlagSet, string, string, string) {
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
+		n, _ := strconv.Atoi(def)
+		fs.IntVar(get(c), name, n, usage)
+	}
+}
+
+func dur(get func(*Config) *time.Duration) func(*Config, *flag.FlagSet, string, string, string) {
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
+		d, _ := time.ParseDuration(def)
+		fs.DurationVar(get(c), name, d, usage)
+	}
+}
+
+func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, string, string) {
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) { fs.BoolVar(get(c), name, def == "true", usage) }
+}
+
+var settings = []setting{
+	{name: "resp-addr", def: "127.0.0.1:6380", usage: "RESP listen address (host:port)", bind: str(func(c *Config) *string { return &c.RespAddr })},
+	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz; empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
+	{name: "raft-addr", def: "127.0.0.1:7380", usage: "Raft listen and advertise address (host:port, not 0.0.0.0)", bind: str(func(c *Config) *string { return &c.RaftAddr })},
+	{name: "advertise", def: "", usage: "RESP address peers and clients use to reach this node (default: --resp-addr)", bind: str(func(c *Config) *string { return &c.Advertise })},
+	{name: "data-dir", def: "./sluice-data", usage: "directory for the Raft log and snapshots", bind: str(func(c *Config) *string { return &c.DataDir })},
+	{name: "node-id", def: "", usage: "this node's id in the cluster (default: derived from --raft-addr)", bind: str(func(c *Config) *string { return &c.NodeID })},
+	{name: "bootstrap-peers", def: "", usage: "static cluster: id=raftaddr=respaddr,… identical on every node", bind: str(func(c *Config) *string { return &c.BootstrapPeers })},
+	{name: "join", def: "", usage: "RESP address of any member to join", bind: str(func(c *Config) *string { return &c.Join })},
+	{name: "budgets", def: "", usage: "JSON file (RL.BUDGET EXPORT shape) seeding an empty budget tree", bind: str(func(c *Config) *string { return &c.Budgets })},
+	{name: "requirepass", def: "", secret: true, usage: "password of the default user (admin role)", bind: str(func(c *Config) *string { return &c.RequirePass })},
+	{name: "acl-file", def: "", usage: "ACL file: lines 'user <name> <limiter|admin> <sha256-hex of password>'", bind: str(func(c *Config) *string { return &c.ACLFile })},
+	{name: "tls-cert", def: "", usage: "TLS certificate (PEM) for client and Raft traffic", bind: str(func(c *Config) *string { return &c.TLSCert })},
+	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},
+	{name: "tls-ca", def: "", usage: "CA bundle (PEM) to verify peers; enables mutual TLS between nodes", bind: str(func(c *Config) *string { return &c.TLSCA })},
+	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
+	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
+	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; full buckets are dropped first", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
+	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
+	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
+	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
+	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
+	{name: "sync-interval", def: "100ms", usage: "how often nodes exchange consumption", bind: dur(func(c *Config) *time.Duration { return &c.SyncInterval })},
+	{name: "shutdown-timeout", def: "10s", usage: "how long SIGTERM waits for in-flight replies", bind: dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{name: "log-level", def: "info", usage: "debug, info, warn or error", bind: str(func(c *Config) *string { return &c.LogLevel })},
+	{name: "log-format", def: "text", usage: "text or json", bind: str(func(c *Config) *string { return &c.LogFormat })},
+	{name: "config", def: "", usage: "settings file: one 'name value' per line, names as the flags", bind: str(func(c *Config) *string { return &c.ConfigFile })},
+}
+
+// EnvName returns the environment variable of a setting: SLUICE_ and the
+// flag name upper-cased with '-' as '_'.
+func EnvName(name string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// SettingNames returns every setting's flag name.
+func SettingNames() []string {
+	out := make([]string, len(settings))
+	for i, s := range settings {
+		out[i] = s.name
+	}
+	return out
+}
+
+func newFlagSet(c *Config, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(out)
+	for _, s := range settings {
+		s.bind(c, fs, s.name, s.usage+" (env "+EnvName(s.name)+")", s.def)
+	}
+	return fs
+}
+
+// ErrHelp is returned by Load when -h or --help was asked for.
+var ErrHelp = flag.ErrHelp
+
+// Load builds a Config from defaults, then the --config file, then
+// SLUICE_* variables (looked up with getenv), then args: each later source
+// overrides the earlier. It does not validate.
+func Load(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	var c Config
+	// Parse the flags once only to find --config (flag or environment).
+	probe := newFlagSet(&c, io.Discard)
+	_ = probe.Parse(args)
+	file := c.ConfigFile
+	if v := getenv(EnvName("config")); v != "" && !flagGiven(probe, "config") {
+		file = v
+	}
+	c = Config{}
+	fs := newFlagSet(&c, usage)
+	if file != "" {
+		vals, err := readConfigFile(file)
+		if err != nil {
+			return c, err
+		}
+		for _, kv := range vals {
+			if err := fs.Set(kv[0], kv[1]); err != nil {
+				return c, fmt.Errorf("config file %s: %s: %v", file, kv[0], err)
+			}
+		}
+	}
+	for _, s := range settings {
+		if v, ok := lookupEnv(getenv, EnvName(s.name)); ok {
+			if err := fs.Set(s.name, v); err != nil {
+				return c, fmt.Errorf("%s: %v", EnvName(s.name), err)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (settings are flags: --name value)", fs.Arg(0))
+	}
+	c.ConfigFile = file
+	return c, nil
+}
+
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			given = true
+		}
+	})
+	return given
+}
+
+// readConfigFile reads "name value" lines; '#' starts a comment; values may
+// be double-quoted.
+func readConfigFile(path string) ([][2]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %v", err)
+	}
+	defer f.Close()
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.name] = true
+	}
+	var out [][2]string
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, _ := strings.Cut(line, " ")
+		name = strings.TrimPrefix(strings.TrimSpace(name), "--")
+		value = strings.TrimSpace(value)
+		if uq, err := strconv.Unquote(value); err == nil && strings.HasPrefix(value, `"`) {
+			value = uq
+		}
+		if !known[name] || name == "config" {
+			return nil, fmt.Errorf("config file %s line %d: unknown setting %q", path, n, name)
+		}
+		out = append(out, [2]string{name, value})
+	}
+	return out, sc.Err()
+}
+
+// Validate checks the settings as a whole and fills derived defaults. Its
+// errors name the setting at fault and what it accepts.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", name, fmt.Sprintf(format, a...)))
+	}
+	hostPort := func(name, v string, allowEmpty, allowUnspecified bool) {
+		if v == "" {
+			if !allowEmpty {
+				bad(name, "must be host:port")
+			}
+			return
+		}
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			bad(name, "must be host:port, got %q", v)
+			return
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad(name, "port must be 0–65535, got %q", port)
+		}
+		if !allowUnspecified {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				bad(name, "must be an address other nodes can reach, not %q", v)
+			}
+		}
+	}
+	hostPort("resp-addr", c.RespAddr, false, true)
+	hostPort("http-addr", c.HTTPAddr, true, true)
+	hostPort("raft-addr", c.RaftAddr, false, false)
+	if c.Advertise == "" {
+		c.Advertise = c.RespAddr
+		if host, port, err := net.SplitHostPort(c.RespAddr); err == nil {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				if c.BootstrapPeers != "" || c.Join != "" {
+					bad("advertise", "is required when --resp-addr listens on all interfaces (%q) in a cluster", c.RespAddr)
+				}
+				c.Advertise = net.JoinHostPort("127.0.0.1", port)
+			}
+		}
+	} else {
+		hostPort("advertise", c.Advertise, false, false)
+	}
+	if c.DataDir == "" {
+		bad("data-dir", "must not be empty")
+	}
+	if c.NodeID == "" {
+		c.NodeID = c.RaftAddr
+	}
+	if strings.ContainsAny(c.NodeID, " ,=\r\n") {
+		bad("node-id", "must not contain spaces, commas or '='")
+	}
+	if c.BootstrapPeers != "" && c.Join != "" {
+		bad("join", "cannot be combined with --bootstrap-peers")
+	}
+	if c.BootstrapPeers != "" {
+		if _, err := ParsePeers(c.BootstrapPeers); err != nil {
+			bad("bootstrap-peers", "%v", err)
+		}
+	}
+	if c.Join != "" {
+		hostPort("join", c.Join, false, false)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("tls-cert", "and --tls-key must be given together")
+	}
+	if c.TLSCA != "" && c.TLSCert == "" {
+		bad("tls-ca", "needs --tls-cert and --tls-key")
+	}
+	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}, {"budgets", c.Budgets}} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				bad(f.name, "cannot read %q: %v", f.path, errors.Unwrap(err))
+			}
+		}
+	}
+	intRange := func(name string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(name, "must be between %d and %d, got %d", lo, hi, v)
+		}
+	}
+	intRange("maxclients", c.MaxClients, 1, 1_000_000)
+	intRange("max-buckets", c.MaxBuckets, 1000, 1<<32)
+	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
+	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
+	intRange("max-args", c.MaxArgs, 16, 1<<20)
+	intRange("shards", c.Shards, 0, 4096)
+	if c.SyncInterval < 10*time.Millisecond || c.SyncInterval > time.Minute {
+		bad("sync-interval", "must be between 10ms and 1m, got %v", c.SyncInterval)
+	}
+	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > 10*time.Minute {
+		bad("shutdown-timeout", "must be between 0s and 10m, got %v", c.ShutdownTimeout)
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "warning", "error":
+	default:
+		bad("log-level", "must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		bad("log-format", "must be text or json, got %q", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// Settings lists the settings as CONFIG GET shows them (secrets masked),
+// sorted by name.
+func (c *Config) Settings() [][2]string {
+	var view Config
+	fs := newFlagSet(&view, io.Discard)
+	view = *c // the flags point into view: now they show c's values
+	var out [][2]string
+	for _, s := range settings {
+		v := fs.Lookup(s.name).Value.String()
+		if s.secret && v != "" {
+			v = "********"
+		}
+		out = append(out, [2]string{s.name, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// Peer is one member of --bootstrap-peers.
+type Peer struct {
+	ID       string
+	RaftAddr string
+	RespAddr string
+}
+
+// ParsePeers parses "id=raftaddr=respaddr,…".
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		f := strings.Split(strings.TrimSpace(part), "=")
+		if len(f) != 3 || f[0] == "" {
+			return nil, fmt.Errorf("each peer must be id=raftaddr=respaddr, got %q", part)
+		}
+		for _, a := range f[1:] {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return nil, fmt.Errorf("peer %s: %q is not host:port", f[0], a)
+			}
+		}
+		if seen[f[0]] {
+			return nil, fmt.Errorf("peer id %q appears twice", f[0])
+		}
+		seen[f[0]] = true
+		out = append(out, Peer{ID: f[0], RaftAddr: f[1], RespAddr: f[2]})
+	}
+	return out, nil
+}

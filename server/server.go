@@ -1,0 +1,290 @@
+// Package server runs a sluice node's listeners: RESP through redcon (with
+// per-connection sessions, auth, protected mode and protocol limits), and
+// HTTP for /metrics, /healthz and /readyz. It wires the commands registry to
+// the engine and, in cluster mode, to the Raft node.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Version is the server's version, reported by HELLO and INFO.
+var Version = "0.1.0"
+
+// Server is one running sluice node.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	env *commands.Env
+	reg *commands.Registry
+
+	resp     *redcon.Server
+	ln       *guardListener
+	http     *http.Server
+	httpLn   net.Listener
+	draining atomic.Bool
+	shutdown chan struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
+	ready    func() bool
+}
+
+// New builds a node from a validated config. It binds nothing yet.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	acl, err := LoadACL(cfg.ACLFile)
+	if err != nil {
+		return nil, err
+	}
+	reg := commands.NewRegistry()
+	s := &Server{cfg: cfg, log: log, reg: reg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	store := engine.New(engine.Options{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets})
+	s.env = &commands.Env{
+		Store:     store,
+		Now:       func() int64 { return time.Now().UnixNano() },
+		Clients:   commands.NewClients(),
+		Auth:      commands.NewAuth(cfg.RequirePass, acl),
+		Metrics:   commands.NewMetrics(reg),
+		Registry:  reg,
+		Version:   Version,
+		Started:   time.Now(),
+		MaxKeyLen: cfg.MaxKeyLen,
+		Shutdown:  s.shutdown,
+	}
+	s.env.Settings = func() []commands.Setting {
+		var out []commands.Setting
+		for _, kv := range s.cfg.Settings() {
+			out = append(out, commands.Setting{Name: kv[0], Value: kv[1]})
+		}
+		return out
+	}
+	s.ready = func() bool { return true }
+	m := s.env.Metrics.Registry
+	m.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_buckets", Help: "Live buckets in the store."},
+			func() float64 { return float64(store.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_connected_clients", Help: "Connected RESP clients."},
+			func() float64 { return float64(s.env.Clients.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "full"}},
+			func() float64 { f, _ := store.Evictions(); return float64(f) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "pressure"}},
+			func() float64 { _, p := store.Evictions(); return float64(p) }),
+	)
+	return s, nil
+}
+
+// Env exposes the shared command environment (for tests and wiring).
+func (s *Server) Env() *commands.Env { return s.env }
+
+// Start binds the listeners and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.RespAddr)
+	if err != nil {
+		return fmt.Errorf("--resp-addr %s: %w", s.cfg.RespAddr, err)
+	}
+	if s.cfg.TLSCert != "" {
+		tc, err := TLSConfig(s.cfg)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		ln = tls.NewListener(ln, tc)
+	}
+	s.ln = &guardListener{Listener: ln, srv: s, conns: map[*guardConn]struct{}{}}
+	s.resp = redcon.NewServerNetwork("tcp", s.cfg.RespAddr, s.handle, s.accept, s.closed)
+	s.resp.AcceptError = func(err error) { s.log.Warn("accept", "err", err) }
+	if s.cfg.HTTPAddr != "" {
+		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("--http-addr %s: %w", s.cfg.HTTPAddr, err)
+		}
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("http server", "err", err)
+			}
+		}()
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.resp.Serve(s.ln); err != nil {
+			s.log.Error("resp server", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.sweep()
+	}()
+	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "tls", s.cfg.TLSCert != "",
+		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
+	return nil
+}
+
+// RespAddr returns the bound RESP address.
+func (s *Server) RespAddr() string { return s.ln.Addr().String() }
+
+// HTTPAddr returns the bound HTTP address, or "" if HTTP is off.
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// SetReady installs the readiness check behind /readyz.
+func (s *Server) SetReady(f func() bool) { s.ready = f }
+
+// Shutdown stops accepting, lets in-flight replies finish (up to the
+// shutdown timeout) and stops the background work.
+func (s *Server) Shutdown() {
+	if !s.draining.CompareAndSwap(false, true) {
+		<-s.done
+		return
+	}
+	close(s.shutdown)
+	s.ln.Listener.Close() // Accept now drains, then redcon returns
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.http.Shutdown(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+	close(s.done)
+}
+
+func (s *Server) sweep() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.shutdown:
+			return
+		case <-t.C:
+			st := s.env.Store
+			st.Sweep(time.Now().UnixNano(), max(st.Len()/8, 1<<16))
+		}
+	}
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// accept admits or refuses a new connection and creates its session.
+func (s *Server) accept(c redcon.Conn) bool {
+	m := s.env.Metrics
+	g, _ := c.NetConn().(*guardConn)
+	refuse := func(reason, msg string) bool {
+		m.ConnectionsRejected.WithLabelValues(reason).Inc()
+		c.WriteError(msg)
+		if g != nil {
+			s.ln.closed(g)
+		}
+		return false
+	}
+	if s.draining.Load() {
+		return refuse("shutdown", "ERR server is shutting down")
+	}
+	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !isLoopback(c.RemoteAddr()) {
+		return refuse("protected_mode", "DENIED sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted.")
+	}
+	if s.ln.count.Load() > int64(s.cfg.MaxClients) {
+		return refuse("maxclients", "ERR max number of clients reached")
+	}
+	m.ConnectionsReceived.Inc()
+	role := commands.RoleAdmin
+	if s.env.Auth.Required() {
+		role = commands.RoleNone
+	}
+	local := ""
+	if g != nil {
+		local = g.LocalAddr().String()
+	}
+	netConn := c.NetConn()
+	sess := commands.NewSession(s.env.Clients.NextID(), c.RemoteAddr(), local, role, func() { netConn.Close() })
+	s.env.Clients.Add(sess)
+	c.SetContext(sess)
+	return true
+}
+
+func (s *Server) closed(c redcon.Conn, err error) {
+	if sess, ok := c.Context().(*commands.Session); ok {
+		s.env.Clients.Remove(sess)
+	}
+	if g, ok := c.NetConn().(*guardConn); ok {
+		s.ln.closed(g)
+	}
+	if err != nil && !errors.Is(err, errGuard) && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "connection reset") {
+		s.log.Debug("connection closed", "addr", c.RemoteAddr(), "err", err)
+	}
+}
+
+// handle runs one command: lookup, arity, permission, handler, metrics.
+func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
+	sess := c.Context().(*commands.Session)
+	start := time.Now()
+	cm := s.reg.Lookup(cmd.Args[0])
+	if cm == nil {
+		s.env.Metrics.Unknown()
+		c.WriteError(commands.UnknownCommand(cmd.Args[0], cmd.Args[1:]))
+		return
+	}
+	if !cm.ArityOK(len(cmd.Args)) {
+		c.WriteError(commands.WrongArity(cm.Name))
+		return
+	}
+	if ok, e := sess.Allowed(cm); !ok {
+		c.WriteError(e)
+		return
+	}
+	ctx := sess.Ctx(c, cmd.Args, s.env, cm)
+	cm.Handler(ctx)
+	s.env.Metrics.Command(cm, time.Since(start).Seconds())
+	sess.Touch(cm, start.UnixNano())
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.draining.Load() || !s.ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready")
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
