@@ -176,6 +176,8 @@ func writeResult(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
 func (ctx *Ctx) hold(ns int64) bool {
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
+	ctx.Env.Metrics.waiting.Inc()
+	defer ctx.Env.Metrics.waiting.Dec()
 	select {
 	case <-t.C:
 		return true
@@ -215,8 +217,10 @@ func acquireCmd(ctx *Ctx) {
 	}
 	if r.Allowed && r.Wait > 0 && !la.dryRun && !ctx.hold(r.Wait) {
 		// Stopping: give the reserved tokens back rather than admit early.
-		ctx.Env.Store.Refund(ctx.Env.Now(), engine.SpaceInline, la.target, &lim, cost)
-		allowed, r.RetryAfter = 0, r.Wait
+		later := ctx.Env.Now()
+		back, _ := ctx.Env.Store.Refund(later, engine.SpaceInline, la.target, &lim, cost)
+		allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
+		r.Remaining, r.ResetAfter = back.Remaining, back.ResetAfter
 	}
 	if !la.dryRun {
 		ctx.Env.Metrics.inline.count(allowed, cost)

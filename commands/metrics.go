@@ -19,6 +19,8 @@ type Metrics struct {
 	tokens  *prometheus.CounterVec
 	inline  acquireCounters
 
+	waiting prometheus.Gauge
+
 	ConnectionsReceived prometheus.Counter
 	ConnectionsRejected *prometheus.CounterVec
 	ProtocolErrors      prometheus.Counter
@@ -55,6 +57,9 @@ func NewMetrics(reg *Registry) *Metrics {
 	m.ConnectionsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_connections_rejected_total", Help: "Client connections refused, by reason.",
 	}, []string{"reason"})
+	m.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_waiting_clients", Help: "Connections holding an admitted reply until its reserved tokens are due (WAIT).",
+	})
 	m.ProtocolErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_protocol_errors_total", Help: "Connections closed for a RESP protocol violation or size limit.",
 	})
@@ -65,7 +70,7 @@ func NewMetrics(reg *Registry) *Metrics {
 	}
 	m.unknown = cmds.WithLabelValues("unknown")
 	m.inline = m.Budget("inline")
-	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ProtocolErrors)
+	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ProtocolErrors, m.waiting)
 	return m
 }
 
@@ -84,6 +89,15 @@ func (m *Metrics) Budget(label string) acquireCounters {
 func (m *Metrics) Command(c *Command, seconds float64) {
 	m.commands[c.id].Inc()
 	m.durations[c.id].Observe(seconds)
+}
+
+// Waiting returns how many connections are held by WAIT right now.
+func (m *Metrics) Waiting() int {
+	var d dto.Metric
+	if m.waiting.Write(&d) != nil {
+		return 0
+	}
+	return int(d.Gauge.GetValue())
 }
 
 // Unknown counts a command sluice does not know.

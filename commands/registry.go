@@ -7,6 +7,7 @@ package commands
 
 import (
 	"strings"
+	"time"
 
 	"github.com/tidwall/redcon"
 )
@@ -102,3 +103,26 @@ func (c *Command) ArityOK(n int) bool {
 
 // ID is the command's index in the registry.
 func (c *Command) ID() int { return c.id }
+
+// Exec runs one command for session s: lookup, arity, permission, handler,
+// metrics. Every reply goes to c.
+func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
+	start := time.Now()
+	cm := env.Registry.Lookup(args[0])
+	if cm == nil {
+		env.Metrics.Unknown()
+		c.WriteError(UnknownCommand(args[0], args[1:]))
+		return
+	}
+	if !cm.ArityOK(len(args)) {
+		c.WriteError(WrongArity(cm.Name))
+		return
+	}
+	if ok, e := s.Allowed(cm); !ok {
+		c.WriteError(e)
+		return
+	}
+	cm.Handler(s.Ctx(c, args, env, cm))
+	env.Metrics.Command(cm, time.Since(start).Seconds())
+	s.Touch(cm, start.UnixNano())
+}

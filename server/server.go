@@ -73,7 +73,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		for _, kv := range s.cfg.Settings() {
 			out = append(out, commands.Setting{Name: kv[0], Value: kv[1]})
 		}
-		return out
+		// Redis settings that tools such as redis-benchmark read, with
+		// sluice's truthful values: no RDB saves, no AOF, one database.
+		return append(out, commands.Setting{Name: "save", Value: ""}, commands.Setting{Name: "appendonly", Value: "no"},
+			commands.Setting{Name: "databases", Value: "1"})
 	}
 	s.ready = func() bool { return true }
 	m := s.env.Metrics.Registry
@@ -246,28 +249,9 @@ func (s *Server) closed(c redcon.Conn, err error) {
 	}
 }
 
-// handle runs one command: lookup, arity, permission, handler, metrics.
+// handle runs one command through the registry.
 func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
-	sess := c.Context().(*commands.Session)
-	start := time.Now()
-	cm := s.reg.Lookup(cmd.Args[0])
-	if cm == nil {
-		s.env.Metrics.Unknown()
-		c.WriteError(commands.UnknownCommand(cmd.Args[0], cmd.Args[1:]))
-		return
-	}
-	if !cm.ArityOK(len(cmd.Args)) {
-		c.WriteError(commands.WrongArity(cm.Name))
-		return
-	}
-	if ok, e := sess.Allowed(cm); !ok {
-		c.WriteError(e)
-		return
-	}
-	ctx := sess.Ctx(c, cmd.Args, s.env, cm)
-	cm.Handler(ctx)
-	s.env.Metrics.Command(cm, time.Since(start).Seconds())
-	sess.Touch(cm, start.UnixNano())
+	s.env.Exec(c, c.Context().(*commands.Session), cmd.Args)
 }
 
 func (s *Server) httpHandler() http.Handler {

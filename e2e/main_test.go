@@ -1,0 +1,157 @@
+// Package e2e runs the real sluice binary and drives it over TCP with real
+// clients: go-redis v9 with default options, redis-cli and redis-benchmark.
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building sluice:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireTool returns the path of an external program. If it is missing the
+// test fails when SLUICE_REQUIRE_TOOLS is set (as in CI) and is skipped,
+// saying why, otherwise.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+		t.Fatalf("%s is not installed (apt-get install redis-tools redis-server); SLUICE_REQUIRE_TOOLS is set", name)
+	}
+	t.Skipf("%s is not installed: install redis-tools to run this test (CI does)", name)
+	return ""
+}
+
+// proc is a running sluice process.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	Resp   string
+	HTTP   string
+	mu     sync.Mutex
+	log    strings.Builder
+	exited chan error
+}
+
+var listening = regexp.MustCompile(`msg=listening resp=(\S+) http=(\S*)`)
+
+// start runs sluice with args (plus --log-format text) and waits until it
+// reports its listening addresses.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, exited: make(chan error, 1)}
+	p.cmd = exec.Command(binary, append(args, "--log-format", "text")...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := listening.FindStringSubmatch(line); m != nil {
+				found <- [2]string{m[1], m[2]}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		p.exited <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("sluice log:\n%s", p.Log())
+		}
+	})
+	select {
+	case a := <-found:
+		p.Resp, p.HTTP = a[0], a[1]
+	case err := <-p.exited:
+		t.Fatalf("sluice exited before listening: %v\n%s", err, p.Log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sluice did not start within 30s\n%s", p.Log())
+	}
+	return p
+}
+
+// Log returns what the process has logged so far.
+func (p *proc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (p *proc) stop() error {
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		return fmt.Errorf("did not exit within 30s of SIGINT")
+	}
+}
+
+// port returns the port of a host:port.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// single starts a one-node server on OS-chosen loopback ports.
+func single(t *testing.T, args ...string) *proc {
+	return start(t, append([]string{"--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--raft-addr", "127.0.0.1:" + freePort(t), "--data-dir", t.TempDir()}, args...)...)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return port(l.Addr().String())
+}
