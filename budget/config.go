@@ -1,0 +1,675 @@
+// Package budget owns the hierarchical budget configuration: the node
+// config object of SPEC §4 (JSON and keyword forms, validation), the tree
+// built from those configs (effective limits, allocation checks) and, for
+// every path a call can address, the plan of buckets one RL.ACQUIRE charges.
+//
+// A Tree is immutable once built; the Raft state machine builds a new one on
+// every change and publishes it with one atomic pointer store, so the
+// acquire path reads it without locks or allocation.
+package budget
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Sharing says how a node's limit relates to its children's.
+type Sharing uint8
+
+// The sharing modes. Private: children do not see the limit. Inherit: each
+// child gets (at most) the limit for itself. Enforce: as inherit, and the
+// limit also holds for all of the node's traffic together.
+const (
+	Private Sharing = iota
+	Inherit
+	Enforce
+)
+
+// Mode is a node's budget mode.
+type Mode uint8
+
+// The budget modes. Allocated: children's sustained rates are checked
+// against total × overcommit on every change, and total caps their sum at
+// run time. Shared: total is a pool children without a limit of their own
+// draw on, first come first served.
+const (
+	Unlimited Mode = iota
+	Allocated
+	Shared
+)
+
+// Scope says whose traffic one bucket of a node counts.
+type Scope uint8
+
+// The scopes: one bucket for every path that resolves to the config
+// (global), one per node path (tenant), or one per subject given with KEY.
+const (
+	Global Scope = iota
+	Tenant
+	User
+	IP
+	Route
+)
+
+// Strategy is what happens to a call a node's limit refuses.
+type Strategy uint8
+
+// The strategies: refuse (reject), hold the call up to max_wait_ms as if
+// it carried WAIT (queue), or let it through flagged allowed=2 without
+// consuming (degrade).
+const (
+	Reject Strategy = iota
+	Queue
+	Degrade
+)
+
+var (
+	sharingNames  = []string{"private", "inherit", "enforce"}
+	modeNames     = []string{"unlimited", "allocated", "shared"}
+	scopeNames    = []string{"global", "tenant", "user", "ip", "route"}
+	strategyNames = []string{"reject", "queue", "degrade"}
+	periodNames   = []string{"hour", "day", "week", "month", "year"}
+)
+
+func (s Sharing) String() string  { return sharingNames[s] }
+func (m Mode) String() string     { return modeNames[m] }
+func (s Scope) String() string    { return scopeNames[s] }
+func (s Strategy) String() string { return strategyNames[s] }
+
+// Config is one budget node's configuration with every default filled in.
+type Config struct {
+	Sharing   Sharing
+	Algorithm engine.Algo
+	// HasLimit is false for a node that only groups children.
+	HasLimit bool
+	Rate     int64
+	Window   time.Duration
+	Burst    int64
+	Mode     Mode
+	Total    int64
+	// Overcommit is budget.overcommit_ratio in thousandths (1000 – 2000),
+	// so that every replica compares the same integers.
+	Overcommit      int64
+	Scope           Scope
+	Strategy        Strategy
+	MaxWaitMs       int64
+	Cost            int64
+	ResponseHeaders bool
+	Quota           *Quota
+}
+
+// Quota is a calendar quota: Limit tokens per Period in Timezone.
+type Quota struct {
+	Limit    int64
+	Period   string
+	Timezone string
+}
+
+// Defaults for fields a config leaves out.
+const (
+	DefaultMaxWaitMs = 1000
+	DefaultCost      = 1
+	MaxDepth         = 8 // path segments
+	MaxPathLen       = 512
+)
+
+// Error is a rejected budget configuration or operation. Code is the Redis
+// error code the reply carries (ERR or BUDGET).
+type Error struct {
+	Code string
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Code + " " + e.Msg }
+
+func errf(format string, a ...any) error { return &Error{Code: "ERR", Msg: fmt.Sprintf(format, a...)} }
+
+// budgetErr is a refusal by the allocation rules rather than bad syntax.
+func budgetErr(format string, a ...any) error {
+	return &Error{Code: "BUDGET", Msg: fmt.Sprintf(format, a...)}
+}
+
+// configJSON is the wire form: pointers tell given fields from defaults.
+type configJSON struct {
+	Sharing         *string      `json:"sharing,omitempty"`
+	Algorithm       *string      `json:"algorithm,omitempty"`
+	Sustained       *sustainedJS `json:"sustained,omitempty"`
+	Burst           *burstJS     `json:"burst,omitempty"`
+	Budget          *budgetJS    `json:"budget,omitempty"`
+	Scope           *string      `json:"scope,omitempty"`
+	Strategy        *string      `json:"strategy,omitempty"`
+	MaxWaitMs       *number `json:"max_wait_ms,omitempty"`
+	Cost            *number `json:"cost,omitempty"`
+	ResponseHeaders *bool        `json:"response_headers,omitempty"`
+	Quota           *quotaJS     `json:"quota,omitempty"`
+}
+
+// number is a JSON number kept as written, so that a wrong type can be
+// reported with the field's name.
+type number json.RawMessage
+
+func (n *number) UnmarshalJSON(b []byte) error {
+	*n = append((*n)[:0], b...)
+	return nil
+}
+
+type sustainedJS struct {
+	Rate   *number `json:"rate,omitempty"`
+	Window *string      `json:"window,omitempty"`
+}
+
+type burstJS struct {
+	Capacity *number `json:"capacity,omitempty"`
+}
+
+type budgetJS struct {
+	Mode            *string      `json:"mode,omitempty"`
+	Total           *number `json:"total,omitempty"`
+	OvercommitRatio *number `json:"overcommit_ratio,omitempty"`
+}
+
+type quotaJS struct {
+	Limit    *number `json:"limit,omitempty"`
+	Period   *string      `json:"period,omitempty"`
+	Timezone *string      `json:"timezone,omitempty"`
+}
+
+// ParseJSON parses a node config given as JSON, bare or wrapped in
+// {"rate_limit": …}. Unknown fields are refused by name.
+func ParseJSON(b []byte) (Config, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return Config{}, errf("budget config is not a JSON object: %s", jsonErr(err))
+	}
+	if inner, ok := probe["rate_limit"]; ok && len(probe) == 1 {
+		b = inner
+	}
+	var js configJSON
+	if err := strictDecode(b, &js); err != nil {
+		return Config{}, err
+	}
+	return js.config()
+}
+
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return errf("budget config: %s", jsonErr(err))
+	}
+	if dec.More() {
+		return errf("budget config: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// jsonErr words a decoding error for a reply line.
+func jsonErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %s must be a %s", te.Field, te.Type.String())
+	}
+	s := err.Error()
+	s = strings.TrimPrefix(s, "json: ")
+	if strings.HasPrefix(s, "unknown field ") {
+		return "unknown field " + strings.TrimPrefix(s, "unknown field ")
+	}
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func intField(n *number, name string, lo, hi int64) (int64, error) {
+	if len(*n) > 0 && ((*n)[0] == '"' || (*n)[0] == '{' || (*n)[0] == '[' || (*n)[0] == 't' || (*n)[0] == 'f' || (*n)[0] == 'n') {
+		return 0, errf("%s must be a number", name)
+	}
+	v, err := strconv.ParseInt(string(*n), 10, 64)
+	if err != nil || v < lo || v > hi {
+		return 0, errf("%s must be an integer between %d and %d", name, lo, hi)
+	}
+	return v, nil
+}
+
+func enumField(s *string, name string, names []string) (int, error) {
+	for i, n := range names {
+		if strings.EqualFold(*s, n) {
+			return i, nil
+		}
+	}
+	return 0, errf("%s must be one of %s", name, strings.Join(names, ", "))
+}
+
+func (js *configJSON) config() (Config, error) {
+	c := Config{Window: time.Second, MaxWaitMs: DefaultMaxWaitMs, Cost: DefaultCost, ResponseHeaders: true,
+		Overcommit: 1000, Scope: Tenant}
+	var err error
+	var i int
+	if js.Sharing != nil {
+		if i, err = enumField(js.Sharing, "sharing", sharingNames); err != nil {
+			return c, err
+		}
+		c.Sharing = Sharing(i)
+	}
+	if js.Algorithm != nil {
+		a, ok := engine.ParseAlgo(*js.Algorithm)
+		if !ok {
+			return c, errf("algorithm must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket")
+		}
+		c.Algorithm = a
+	}
+	if s := js.Sustained; s != nil {
+		if s.Window != nil {
+			if c.Window, err = ParseWindow(*s.Window); err != nil {
+				return c, errf("sustained.window %v", err)
+			}
+		}
+		if s.Rate != nil {
+			if c.Rate, err = intField(s.Rate, "sustained.rate", 1, engine.MaxRate); err != nil {
+				return c, err
+			}
+			c.HasLimit = true
+		}
+	}
+	if js.Burst != nil && js.Burst.Capacity != nil {
+		if c.Burst, err = intField(js.Burst.Capacity, "burst.capacity", 1, engine.MaxBurst); err != nil {
+			return c, err
+		}
+	}
+	if b := js.Budget; b != nil {
+		if b.Mode != nil {
+			if i, err = enumField(b.Mode, "budget.mode", modeNames); err != nil {
+				return c, err
+			}
+			c.Mode = Mode(i)
+		}
+		if b.Total != nil {
+			if c.Total, err = intField(b.Total, "budget.total", 1, engine.MaxRate); err != nil {
+				return c, err
+			}
+		}
+		if b.OvercommitRatio != nil {
+			f, err := strconv.ParseFloat(string(*b.OvercommitRatio), 64)
+			if o := *b.OvercommitRatio; len(o) > 0 && o[0] == '"' {
+				err = strconv.ErrSyntax
+			}
+			if err != nil || f < 1 || f > 2 || math.IsNaN(f) {
+				return c, errf("budget.overcommit_ratio must be a number between 1.0 and 2.0")
+			}
+			c.Overcommit = int64(math.Round(f * 1000))
+		}
+	}
+	if js.Scope != nil {
+		if i, err = enumField(js.Scope, "scope", scopeNames); err != nil {
+			return c, err
+		}
+		c.Scope = Scope(i)
+	}
+	if js.Strategy != nil {
+		if i, err = enumField(js.Strategy, "strategy", strategyNames); err != nil {
+			return c, err
+		}
+		c.Strategy = Strategy(i)
+	}
+	if js.MaxWaitMs != nil {
+		if c.MaxWaitMs, err = intField(js.MaxWaitMs, "max_wait_ms", 0, 60000); err != nil {
+			return c, err
+		}
+	}
+	if js.Cost != nil {
+		if c.Cost, err = intField(js.Cost, "cost", 0, engine.MaxCost); err != nil {
+			return c, err
+		}
+	}
+	if js.ResponseHeaders != nil {
+		c.ResponseHeaders = *js.ResponseHeaders
+	}
+	if q := js.Quota; q != nil {
+		qt := &Quota{Period: "month", Timezone: "UTC"}
+		if q.Limit == nil {
+			return c, errf("quota.limit is required")
+		}
+		if qt.Limit, err = intField(q.Limit, "quota.limit", 1, engine.MaxRate); err != nil {
+			return c, err
+		}
+		if q.Period != nil {
+			if i, err = enumField(q.Period, "quota.period", periodNames); err != nil {
+				return c, err
+			}
+			qt.Period = periodNames[i]
+		}
+		if q.Timezone != nil {
+			qt.Timezone = *q.Timezone
+		}
+		c.Quota = qt
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the rules that tie fields together.
+func (c *Config) Validate() error {
+	if c.Window < engine.MinWindow || c.Window > engine.MaxWindow {
+		return errf("sustained.window must be between 1ms and 3650d")
+	}
+	if !c.HasLimit && c.Burst != 0 {
+		return errf("burst.capacity needs sustained.rate")
+	}
+	if c.HasLimit {
+		if _, err := c.Limit(); err != nil {
+			return err
+		}
+	}
+	switch c.Mode {
+	case Allocated, Shared:
+		if c.Total == 0 {
+			return errf("budget.total is required when budget.mode is %s", c.Mode)
+		}
+	case Unlimited:
+		if c.Total != 0 {
+			return errf("budget.total needs budget.mode allocated or shared")
+		}
+		if c.Overcommit != 1000 {
+			return errf("budget.overcommit_ratio needs budget.mode allocated")
+		}
+	}
+	if c.Overcommit != 1000 && c.Mode != Allocated {
+		return errf("budget.overcommit_ratio needs budget.mode allocated")
+	}
+	if c.Quota != nil {
+		return errf("quota: calendar quotas are not available in this version of sluice")
+	}
+	return nil
+}
+
+// Limit returns the node's own limit (HasLimit must be true).
+func (c *Config) Limit() (engine.Limit, error) {
+	burst := c.Burst
+	if burst == 0 {
+		burst = c.Rate
+	}
+	l, err := engine.NewLimit(c.Algorithm, c.Rate, c.Window, burst)
+	if err != nil {
+		var ae *engine.ArgError
+		if errors.As(err, &ae) {
+			field := map[string]string{"RATE": "sustained.rate", "PER": "sustained.window", "BURST": "burst.capacity", "ALGO": "algorithm"}[ae.Arg]
+			return l, errf("%s %s", field, strings.ReplaceAll(ae.Msg, "RATE", "sustained.rate"))
+		}
+		return l, errf("%v", err)
+	}
+	return l, nil
+}
+
+// MarshalJSON writes the config in full, defaults included, in the shape
+// ParseJSON reads.
+func (c Config) MarshalJSON() ([]byte, error) {
+	type sus struct {
+		Rate   int64  `json:"rate,omitempty"`
+		Window string `json:"window"`
+	}
+	type bur struct {
+		Capacity int64 `json:"capacity"`
+	}
+	type bud struct {
+		Mode            string  `json:"mode"`
+		Total           int64   `json:"total,omitempty"`
+		OvercommitRatio float64 `json:"overcommit_ratio"`
+	}
+	type quo struct {
+		Limit    int64  `json:"limit"`
+		Period   string `json:"period"`
+		Timezone string `json:"timezone"`
+	}
+	out := struct {
+		Sharing         string `json:"sharing"`
+		Algorithm       string `json:"algorithm"`
+		Sustained       sus    `json:"sustained"`
+		Burst           *bur   `json:"burst,omitempty"`
+		Budget          bud    `json:"budget"`
+		Scope           string `json:"scope"`
+		Strategy        string `json:"strategy"`
+		MaxWaitMs       int64  `json:"max_wait_ms"`
+		Cost            int64  `json:"cost"`
+		ResponseHeaders bool   `json:"response_headers"`
+		Quota           *quo   `json:"quota,omitempty"`
+	}{
+		Sharing: c.Sharing.String(), Algorithm: c.Algorithm.String(),
+		Sustained: sus{Window: FormatWindow(c.Window)},
+		Budget:    bud{Mode: c.Mode.String(), Total: c.Total, OvercommitRatio: float64(c.Overcommit) / 1000},
+		Scope:     c.Scope.String(), Strategy: c.Strategy.String(), MaxWaitMs: c.MaxWaitMs, Cost: c.Cost,
+		ResponseHeaders: c.ResponseHeaders,
+	}
+	if c.HasLimit {
+		out.Sustained.Rate = c.Rate
+		b := c.Burst
+		if b == 0 {
+			b = c.Rate
+		}
+		out.Burst = &bur{Capacity: b}
+	}
+	if c.Quota != nil {
+		out.Quota = &quo{Limit: c.Quota.Limit, Period: c.Quota.Period, Timezone: c.Quota.Timezone}
+	}
+	return json.Marshal(out)
+}
+
+// ParseKeywords parses the keyword form of RL.BUDGET SET (everything after
+// the path): RATE n, PER unit, BURST n, ALGO a, SHARING s, MODE m, TOTAL n,
+// OVERCOMMIT x, SCOPE s, STRATEGY s, MAXWAIT ms, COST n, QUOTA n PER
+// period [TZ zone], RESPONSE_HEADERS yes|no.
+func ParseKeywords(args [][]byte) (Config, error) {
+	js := configJSON{}
+	str := func(b []byte) *string { s := string(b); return &s }
+	num := func(b []byte) *number { n := number(b); return &n }
+	for i := 0; i < len(args); i++ {
+		kw := strings.ToUpper(string(args[i]))
+		if i+1 >= len(args) {
+			return Config{}, errf("syntax error: %s needs a value", printable(args[i]))
+		}
+		v := args[i+1]
+		i++
+		switch kw {
+		case "RATE":
+			if js.Sustained == nil {
+				js.Sustained = &sustainedJS{}
+			}
+			if !isInt(v) {
+				return Config{}, errf("RATE must be an integer between 1 and %d", int64(engine.MaxRate))
+			}
+			js.Sustained.Rate = num(v)
+		case "PER":
+			if js.Sustained == nil {
+				js.Sustained = &sustainedJS{}
+			}
+			js.Sustained.Window = str(v)
+		case "BURST":
+			if !isInt(v) {
+				return Config{}, errf("BURST must be an integer between 1 and %d", int64(engine.MaxBurst))
+			}
+			js.Burst = &burstJS{Capacity: num(v)}
+		case "ALGO":
+			js.Algorithm = str(v)
+		case "SHARING":
+			js.Sharing = str(v)
+		case "MODE", "TOTAL", "OVERCOMMIT":
+			if js.Budget == nil {
+				js.Budget = &budgetJS{}
+			}
+			switch kw {
+			case "MODE":
+				js.Budget.Mode = str(v)
+			case "TOTAL":
+				if !isInt(v) {
+					return Config{}, errf("TOTAL must be an integer between 1 and %d", int64(engine.MaxRate))
+				}
+				js.Budget.Total = num(v)
+			default:
+				if _, err := strconv.ParseFloat(string(v), 64); err != nil {
+					return Config{}, errf("OVERCOMMIT must be a number between 1.0 and 2.0")
+				}
+				js.Budget.OvercommitRatio = num(v)
+			}
+		case "SCOPE":
+			js.Scope = str(v)
+		case "STRATEGY":
+			js.Strategy = str(v)
+		case "MAXWAIT":
+			if !isInt(v) {
+				return Config{}, errf("MAXWAIT must be an integer between 0 and 60000")
+			}
+			js.MaxWaitMs = num(v)
+		case "COST":
+			if !isInt(v) {
+				return Config{}, errf("COST must be an integer between 0 and %d", int64(engine.MaxCost))
+			}
+			js.Cost = num(v)
+		case "RESPONSE_HEADERS":
+			b := strings.EqualFold(string(v), "yes") || string(v) == "1" || strings.EqualFold(string(v), "true")
+			if !b && !(strings.EqualFold(string(v), "no") || string(v) == "0" || strings.EqualFold(string(v), "false")) {
+				return Config{}, errf("RESPONSE_HEADERS must be yes or no")
+			}
+			js.ResponseHeaders = &b
+		case "QUOTA":
+			if !isInt(v) {
+				return Config{}, errf("QUOTA must be an integer between 1 and %d", int64(engine.MaxRate))
+			}
+			q := &quotaJS{Limit: num(v)}
+			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "PER") {
+				q.Period = str(args[i+2])
+				i += 2
+			}
+			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "TZ") {
+				q.Timezone = str(args[i+2])
+				i += 2
+			}
+			js.Quota = q
+		default:
+			return Config{}, errf("syntax error near '%s'", printable(args[i-1]))
+		}
+	}
+	return js.config()
+}
+
+func isInt(b []byte) bool {
+	_, err := strconv.ParseInt(string(b), 10, 64)
+	return err == nil
+}
+
+func printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	out := []byte(string(b))
+	for i, c := range out {
+		if c < 0x20 || c == 0x7f || c == '\'' {
+			out[i] = '?'
+		}
+	}
+	return string(out)
+}
+
+// ParseWindow parses a window: second, minute, hour, day, week, or a
+// duration such as 250ms, 5m, 1h30m, 7d.
+func ParseWindow(s string) (time.Duration, error) {
+	switch strings.ToLower(s) {
+	case "second", "seconds", "sec":
+		return time.Second, nil
+	case "minute", "minutes", "min":
+		return time.Minute, nil
+	case "hour", "hours":
+		return time.Hour, nil
+	case "day", "days":
+		return 24 * time.Hour, nil
+	case "week", "weeks":
+		return 7 * 24 * time.Hour, nil
+	}
+	var total time.Duration
+	rest := s
+	for rest != "" {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		j := i
+		for j < len(rest) && (rest[j] < '0' || rest[j] > '9') {
+			j++
+		}
+		if i == 0 || j == i || i > 12 {
+			return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
+		}
+		n, _ := strconv.ParseInt(rest[:i], 10, 64)
+		var unit time.Duration
+		switch rest[i:j] {
+		case "ms":
+			unit = time.Millisecond
+		case "s":
+			unit = time.Second
+		case "m":
+			unit = time.Minute
+		case "h":
+			unit = time.Hour
+		case "d":
+			unit = 24 * time.Hour
+		case "w":
+			unit = 7 * 24 * time.Hour
+		default:
+			return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
+		}
+		if n > int64(engine.MaxWindow/unit) {
+			return 0, fmt.Errorf("must be between 1ms and 3650d")
+		}
+		total += time.Duration(n) * unit
+		rest = rest[j:]
+	}
+	if total < engine.MinWindow || total > engine.MaxWindow {
+		return 0, fmt.Errorf("must be between 1ms and 3650d")
+	}
+	return total, nil
+}
+
+// FormatWindow writes a window as a word when it is one (second, minute,
+// hour, day), else as a duration with days folded in.
+func FormatWindow(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "second"
+	case time.Minute:
+		return "minute"
+	case time.Hour:
+		return "hour"
+	case 24 * time.Hour:
+		return "day"
+	}
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+// ValidPath checks a budget path: 1 to MaxDepth non-empty segments of
+// printable bytes without spaces or '#', at most MaxPathLen bytes.
+func ValidPath(p string) error {
+	if p == "" || len(p) > MaxPathLen {
+		return errf("budget path must be 1 to %d bytes", MaxPathLen)
+	}
+	segs := strings.Split(p, "/")
+	if len(segs) > MaxDepth {
+		return errf("budget path '%s' is deeper than %d segments", printable([]byte(p)), MaxDepth)
+	}
+	for _, s := range segs {
+		if s == "" {
+			return errf("budget path '%s' has an empty segment", printable([]byte(p)))
+		}
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c <= ' ' || c == '#' || c == 0x7f {
+				return errf("budget path '%s' may not contain spaces, control characters or '#'", printable([]byte(p)))
+			}
+		}
+	}
+	return nil
+}

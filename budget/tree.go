@@ -1,0 +1,532 @@
+package budget
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Node is one configured budget node with everything derived from its
+// place in the tree.
+type Node struct {
+	Path    string
+	Config  Config
+	Version uint64 // Raft index of the change that last set this node
+
+	// Parent is the nearest configured ancestor; Children are the configured
+	// nodes whose nearest configured ancestor is this node.
+	Parent   *Node
+	Children []*Node
+
+	own *engine.Limit // the node's own limit, or nil
+	eff *engine.Limit // effective limit (SPEC §4 rule 2), or nil
+	agg *engine.Limit // aggregate bucket's limit, or nil
+
+	label    string // metrics label: the first path segment
+	exact    Plan   // a call addressed to this node
+	implicit Plan   // a call addressed to an unconfigured descendant
+}
+
+// Effective returns the node's effective limit, or false if nothing limits
+// calls addressed to it.
+func (n *Node) Effective() (engine.Limit, bool) {
+	if n.eff == nil {
+		return engine.Limit{}, false
+	}
+	return *n.eff, true
+}
+
+// Label is the node's metrics label (its first path segment).
+func (n *Node) Label() string { return n.label }
+
+// Level is one bucket a call charges.
+type Level struct {
+	// Key is the bucket's key in the budget space; nil for a node's own
+	// bucket whose key depends on the call (its path, or path#subject).
+	Key []byte
+	// Name is what limited_by reports when this level is the tightest.
+	Name  []byte
+	Limit *engine.Limit
+	Node  *Node // the config that governs this level
+	Own   bool
+}
+
+// Plan is every bucket one call to a path charges, aggregates (root first)
+// before the target's own bucket.
+type Plan struct {
+	Levels []Level
+	// Config is the node whose scope, cost and strategy the call follows:
+	// the target, or for an implicit child its deepest configured ancestor.
+	Config *Node
+}
+
+// Tree is an immutable, built budget tree.
+type Tree struct {
+	nodes   map[string]*Node
+	paths   []string // sorted
+	version uint64
+}
+
+// Empty is the tree with no nodes.
+var Empty = mustBuild(nil, 0)
+
+func mustBuild(nodes map[string]*Node, version uint64) *Tree {
+	t, err := build(nodes, version)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// Len returns the number of configured nodes.
+func (t *Tree) Len() int { return len(t.paths) }
+
+// Version returns the Raft index of the last change to the tree.
+func (t *Tree) Version() uint64 { return t.version }
+
+// Get returns the configured node at path, or nil.
+func (t *Tree) Get(path string) *Node { return t.nodes[path] }
+
+// Paths returns the configured paths with the given prefix, sorted.
+func (t *Tree) Paths(prefix string) []string {
+	i := sort.SearchStrings(t.paths, prefix)
+	var out []string
+	for ; i < len(t.paths) && strings.HasPrefix(t.paths[i], prefix); i++ {
+		out = append(out, t.paths[i])
+	}
+	return out
+}
+
+// Resolve returns the plan for a call to path: the configured node's, or
+// the deepest configured ancestor's plan for implicit children. ok is false
+// when no node on the path is configured. It does not allocate.
+func (t *Tree) Resolve(path []byte) (p *Plan, implicit bool, ok bool) {
+	if n := t.nodes[string(path)]; n != nil {
+		return &n.exact, false, true
+	}
+	for i := len(path) - 1; i > 0; i-- {
+		if path[i] == '/' {
+			if a := t.nodes[string(path[:i])]; a != nil {
+				return &a.implicit, true, true
+			}
+		}
+	}
+	return nil, false, false
+}
+
+// aggSuffix marks aggregate bucket keys; paths cannot contain it.
+const aggSuffix = "\x01"
+
+// build derives parents, children, effective limits, aggregates and plans.
+func build(nodes map[string]*Node, version uint64) (*Tree, error) {
+	t := &Tree{nodes: make(map[string]*Node, len(nodes)), version: version}
+	for p, n := range nodes {
+		c := *n
+		c.Path, c.Parent, c.Children = p, nil, nil
+		t.nodes[p] = &c
+		t.paths = append(t.paths, p)
+	}
+	sort.Strings(t.paths)
+	// Parents, and processing order: ancestors before descendants.
+	order := make([]*Node, 0, len(t.paths))
+	for _, p := range t.paths {
+		n := t.nodes[p]
+		for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
+			if a := t.nodes[p[:i]]; a != nil {
+				n.Parent = a
+				a.Children = append(a.Children, n)
+				break
+			}
+		}
+		n.label = p
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			n.label = p[:i]
+		}
+		order = append(order, n)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return depth(order[i].Path) < depth(order[j].Path) })
+	for _, n := range order {
+		if err := n.derive(); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range order {
+		n.plans()
+	}
+	return t, nil
+}
+
+func depth(p string) int { return strings.Count(p, "/") }
+
+// derive computes own, effective and aggregate limits; the parent's are
+// already known.
+func (n *Node) derive() error {
+	c := &n.Config
+	if c.HasLimit {
+		l, err := c.Limit()
+		if err != nil {
+			return err
+		}
+		n.own = &l
+	}
+	n.eff = n.own
+	if p := n.Parent; p != nil && p.Config.Sharing != Private && p.eff != nil {
+		if n.own == nil {
+			inherited := *p.eff
+			n.eff = &inherited
+		} else {
+			m, err := minLimit(n.own, p.eff, c.Algorithm)
+			if err != nil {
+				return fmt.Errorf("%s: %v", n.Path, err)
+			}
+			n.eff = &m
+		}
+	}
+	if c.Sharing == Enforce || c.Mode != Unlimited {
+		n.agg = n.eff
+		if c.Mode != Unlimited {
+			total, err := engine.NewLimit(c.Algorithm, c.Total, c.Window, c.Total)
+			if err != nil {
+				return fmt.Errorf("%s: budget.total: %v", n.Path, err)
+			}
+			if n.agg == nil {
+				n.agg = &total
+			} else {
+				m, err := minLimit(n.agg, &total, n.agg.Algo)
+				if err != nil {
+					return fmt.Errorf("%s: %v", n.Path, err)
+				}
+				n.agg = &m
+			}
+		}
+	}
+	return nil
+}
+
+// minLimit is the tighter of two limits under algorithm algo: the lower
+// sustained rate (with its window) and the smaller burst.
+func minLimit(a, b *engine.Limit, algo engine.Algo) (engine.Limit, error) {
+	rate, window := a.Rate, a.Window
+	ra := engine.Limit{Rate: a.Rate, Window: a.Window}
+	rb := engine.Limit{Rate: b.Rate, Window: b.Window}
+	if rb.Tighter(ra) {
+		rate, window = b.Rate, b.Window
+	}
+	burst := min(a.Burst, b.Burst)
+	if algo.IsWindow() {
+		burst = rate
+	}
+	return engine.NewLimit(algo, rate, time.Duration(window), burst)
+}
+
+// aggregates returns the aggregate levels of n's ancestors and of n itself,
+// root first.
+func (n *Node) aggregates() []Level {
+	var chain []*Node
+	for a := n; a != nil; a = a.Parent {
+		chain = append(chain, a)
+	}
+	var out []Level
+	for i := len(chain) - 1; i >= 0; i-- {
+		a := chain[i]
+		if a.agg != nil {
+			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Limit: a.agg, Node: a})
+		}
+	}
+	return out
+}
+
+func (n *Node) plans() {
+	c := &n.Config
+	aggs := n.aggregates()
+	// Calls addressed to n itself: aggregates, then n's own bucket — unless
+	// n only draws on a shared parent's pool, or the own bucket would be the
+	// aggregate again (same key space, same limit).
+	n.exact = Plan{Config: n, Levels: aggs}
+	poolOnly := n.Parent != nil && n.Parent.Config.Mode == Shared && !c.HasLimit
+	if n.eff != nil && !poolOnly {
+		own := Level{Limit: n.eff, Node: n, Own: true}
+		if c.Scope == Tenant || c.Scope == Global {
+			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
+		}
+		if !(own.Key != nil && n.agg != nil && *n.agg == *n.eff) {
+			n.exact.Levels = append(append([]Level(nil), aggs...), own)
+		}
+	}
+	// Calls to unconfigured descendants: the aggregates, plus an own bucket
+	// with n's effective limit when n shares its limit with children and is
+	// not a pool they draw on.
+	n.implicit = Plan{Config: n, Levels: aggs}
+	if n.eff != nil && c.Sharing != Private && c.Mode != Shared {
+		own := Level{Limit: n.eff, Node: n, Own: true}
+		if c.Scope == Global {
+			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
+		}
+		n.implicit.Levels = append(append([]Level(nil), aggs...), own)
+	}
+}
+
+// --- changes ----------------------------------------------------------------
+
+// Change is the outcome of a tree change: the new tree and, when the change
+// is accepted but overcommits an allocated parent, a warning.
+type Change struct {
+	Tree *Tree
+	Warn string
+}
+
+func (t *Tree) clone() map[string]*Node {
+	m := make(map[string]*Node, len(t.nodes)+1)
+	for p, n := range t.nodes {
+		m[p] = &Node{Config: n.Config, Version: n.Version}
+	}
+	return m
+}
+
+// Set returns the tree with path configured as cfg at Raft index version.
+func (t *Tree) Set(path string, cfg Config, version uint64) (Change, error) {
+	if err := ValidPath(path); err != nil {
+		return Change{}, err
+	}
+	m := t.clone()
+	m[path] = &Node{Config: cfg, Version: version}
+	nt, err := build(m, version)
+	if err != nil {
+		return Change{}, errf("%v", err)
+	}
+	n := nt.nodes[path]
+	var warns []string
+	for _, a := range []*Node{n.Parent, n} {
+		if a == nil || a.Config.Mode != Allocated {
+			continue
+		}
+		w, err := a.checkAllocation()
+		if err != nil {
+			return Change{}, err
+		}
+		if w != "" {
+			warns = append(warns, w)
+		}
+	}
+	return Change{Tree: nt, Warn: strings.Join(warns, "; ")}, nil
+}
+
+// Del returns the tree without path (and, with recursive, its descendants).
+// removed is how many nodes went; 0 leaves the tree as it is.
+func (t *Tree) Del(path string, recursive bool, version uint64) (nt *Tree, removed int, err error) {
+	n := t.nodes[path]
+	if n == nil {
+		return t, 0, nil
+	}
+	m := t.clone()
+	prefix := path + "/"
+	for p := range m {
+		if p == path || strings.HasPrefix(p, prefix) {
+			if p != path && !recursive {
+				return nil, 0, budgetErr("budget '%s' has children: use RL.BUDGET DEL %s RECURSIVE", printable([]byte(path)), printable([]byte(path)))
+			}
+			delete(m, p)
+			removed++
+		}
+	}
+	nt, err = build(m, version)
+	return nt, removed, err
+}
+
+// Import returns the tree with every node of nodes set (replacing the whole
+// tree with replace), validated as a whole.
+func (t *Tree) Import(nodes map[string]Config, replace bool, version uint64) (Change, error) {
+	m := map[string]*Node{}
+	if !replace {
+		m = t.clone()
+	}
+	for p, c := range nodes {
+		if err := ValidPath(p); err != nil {
+			return Change{}, err
+		}
+		m[p] = &Node{Config: c, Version: version}
+	}
+	nt, err := build(m, version)
+	if err != nil {
+		return Change{}, errf("%v", err)
+	}
+	var warns []string
+	for _, p := range nt.paths {
+		if n := nt.nodes[p]; n.Config.Mode == Allocated {
+			w, err := n.checkAllocation()
+			if err != nil {
+				return Change{}, &Error{Code: "BUDGET", Msg: p + ": " + err.(*Error).Msg}
+			}
+			if w != "" {
+				warns = append(warns, p+": "+w)
+			}
+		}
+	}
+	return Change{Tree: nt, Warn: strings.Join(warns, "; ")}, nil
+}
+
+// Allocated returns the sum of n's children's sustained rates normalised to
+// n's window, as a decimal string.
+func (n *Node) Allocated() string { return ratString(n.allocated()) }
+
+func (n *Node) allocated() *big.Rat {
+	sum := new(big.Rat)
+	for _, c := range n.Children {
+		if c.Config.HasLimit {
+			num := new(big.Int).Mul(big.NewInt(c.Config.Rate), big.NewInt(int64(n.Config.Window)))
+			sum.Add(sum, new(big.Rat).SetFrac(num, big.NewInt(int64(c.Config.Window))))
+		}
+	}
+	return sum
+}
+
+// checkAllocation applies SPEC §4 rule 5 to an allocated node: the sum of
+// its children's rates against total × overcommit.
+func (n *Node) checkAllocation() (warn string, err error) {
+	sum := n.allocated()
+	total := new(big.Rat).SetInt64(n.Config.Total)
+	limit := new(big.Rat).Mul(total, big.NewRat(n.Config.Overcommit, 1000))
+	w := FormatWindow(n.Config.Window)
+	msg := fmt.Sprintf("children allocate %s/%s, parent total %d/%s × overcommit %s",
+		ratString(sum), w, n.Config.Total, w, ratioString(n.Config.Overcommit))
+	switch {
+	case sum.Cmp(limit) > 0:
+		return "", budgetErr("%s", msg)
+	case sum.Cmp(total) > 0:
+		return "overcommitted: " + msg, nil
+	}
+	return "", nil
+}
+
+func ratString(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	s := r.FloatString(3)
+	return strings.TrimRight(strings.TrimRight(s, "0"), ".")
+}
+
+func ratioString(permille int64) string {
+	s := strconv.FormatFloat(float64(permille)/1000, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
+}
+
+// --- export / import ---------------------------------------------------------
+
+// Export is the JSON of the whole tree: {"version": n, "budgets": {path: config}}.
+func (t *Tree) Export() []byte {
+	m := make(map[string]Config, len(t.nodes))
+	for p, n := range t.nodes {
+		m[p] = n.Config
+	}
+	b, _ := json.Marshal(struct {
+		Version uint64            `json:"version"`
+		Budgets map[string]Config `json:"budgets"`
+	}{t.version, m})
+	return b
+}
+
+// ParseExport parses the Export shape (version is ignored) into configs.
+func ParseExport(b []byte) (map[string]Config, error) {
+	var doc struct {
+		Version json.RawMessage            `json:"version"`
+		Budgets map[string]json.RawMessage `json:"budgets"`
+	}
+	if err := strictDecode(b, &doc); err != nil {
+		return nil, errf("budget import: %v", strings.TrimPrefix(err.Error(), "ERR budget config: "))
+	}
+	if doc.Budgets == nil {
+		return nil, errf("budget import: the JSON must have a \"budgets\" object mapping paths to configs")
+	}
+	out := make(map[string]Config, len(doc.Budgets))
+	for p, raw := range doc.Budgets {
+		if err := ValidPath(p); err != nil {
+			return nil, err
+		}
+		c, err := ParseJSON(raw)
+		if err != nil {
+			return nil, errf("budget '%s': %s", printable([]byte(p)), err.(*Error).Msg)
+		}
+		out[p] = c
+	}
+	return out, nil
+}
+
+// NodeJSON is RL.BUDGET GET's reply for n.
+func (t *Tree) NodeJSON(n *Node) []byte {
+	type eff struct {
+		Rate   int64  `json:"rate"`
+		Window string `json:"window"`
+		Burst  int64  `json:"burst"`
+	}
+	out := struct {
+		Path      string   `json:"path"`
+		Config    Config   `json:"config"`
+		Effective *eff     `json:"effective"`
+		Allocated *string  `json:"allocated,omitempty"`
+		Children  []string `json:"children"`
+		Version   uint64   `json:"version"`
+	}{Path: n.Path, Config: n.Config, Children: []string{}, Version: n.Version}
+	if n.eff != nil {
+		out.Effective = &eff{Rate: n.eff.Rate, Window: FormatWindow(time.Duration(n.eff.Window)), Burst: n.eff.Burst}
+	}
+	if n.Config.Mode == Allocated {
+		a := n.Allocated()
+		out.Allocated = &a
+	}
+	for _, c := range n.Children {
+		out.Children = append(out.Children, c.Path)
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+// Versioned is a node's config with the Raft index that set it, the form
+// snapshots keep so that every replica reports the same versions.
+type Versioned struct {
+	Config  Config `json:"config"`
+	Version uint64 `json:"version"`
+}
+
+// Versioned returns every node's config and version.
+func (t *Tree) Versioned() map[string]Versioned {
+	out := make(map[string]Versioned, len(t.nodes))
+	for p, n := range t.nodes {
+		out[p] = Versioned{Config: n.Config, Version: n.Version}
+	}
+	return out
+}
+
+// FromVersioned rebuilds a tree from Versioned nodes (a snapshot).
+func FromVersioned(nodes map[string]Versioned, version uint64) (*Tree, error) {
+	m := make(map[string]*Node, len(nodes))
+	for p, v := range nodes {
+		if err := ValidPath(p); err != nil {
+			return nil, err
+		}
+		if err := v.Config.Validate(); err != nil {
+			return nil, err
+		}
+		m[p] = &Node{Config: v.Config, Version: v.Version}
+	}
+	return build(m, version)
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	v, err := ParseJSON(b)
+	if err != nil {
+		return err
+	}
+	*c = v
+	return nil
+}

@@ -1,0 +1,175 @@
+// Package respclient is the RESP client nodes use to talk to each other:
+// forwarding a write to the leader and relaying its reply byte for byte,
+// and joining a cluster. It keeps one idle connection per address.
+package respclient
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Client dials peers with optional TLS and a password.
+type Client struct {
+	TLS      *tls.Config
+	Password string
+	// Name is sent with CLIENT SETNAME on every new connection.
+	Name    string
+	Timeout time.Duration
+
+	mu   sync.Mutex
+	idle map[string]*conn
+}
+
+type conn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+// Do sends args to addr and returns the raw reply (one complete RESP value).
+// A connection that fails is dropped, never reused.
+func (cl *Client) Do(addr string, args [][]byte) ([]byte, error) {
+	c, err := cl.get(addr)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.do(args, cl.timeout())
+	if err != nil {
+		c.c.Close()
+		return nil, err
+	}
+	cl.put(addr, c)
+	return raw, nil
+}
+
+func (cl *Client) timeout() time.Duration {
+	if cl.Timeout > 0 {
+		return cl.Timeout
+	}
+	return 10 * time.Second
+}
+
+func (cl *Client) get(addr string) (*conn, error) {
+	cl.mu.Lock()
+	if c := cl.idle[addr]; c != nil {
+		delete(cl.idle, addr)
+		cl.mu.Unlock()
+		return c, nil
+	}
+	cl.mu.Unlock()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	var nc net.Conn
+	var err error
+	if cl.TLS != nil {
+		nc, err = tls.DialWithDialer(&d, "tcp", addr, cl.TLS)
+	} else {
+		nc, err = d.Dial("tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{c: nc, r: bufio.NewReader(nc)}
+	hello := [][][]byte{}
+	if cl.Password != "" {
+		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(cl.Password)})
+	}
+	if cl.Name != "" {
+		hello = append(hello, [][]byte{[]byte("CLIENT"), []byte("SETNAME"), []byte(cl.Name)})
+	}
+	for _, h := range hello {
+		raw, err := c.do(h, cl.timeout())
+		if err == nil && len(raw) > 0 && raw[0] == '-' {
+			err = errors.New(string(raw[1 : len(raw)-2]))
+		}
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("%s %s: %w", addr, h[0], err)
+		}
+	}
+	return c, nil
+}
+
+func (cl *Client) put(addr string, c *conn) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.idle == nil {
+		cl.idle = map[string]*conn{}
+	}
+	if old := cl.idle[addr]; old != nil {
+		old.c.Close()
+	}
+	cl.idle[addr] = c
+}
+
+// Close drops every idle connection.
+func (cl *Client) Close() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for a, c := range cl.idle {
+		c.c.Close()
+		delete(cl.idle, a)
+	}
+}
+
+func (c *conn) do(args [][]byte, timeout time.Duration) ([]byte, error) {
+	c.c.SetDeadline(time.Now().Add(timeout))
+	buf := make([]byte, 0, 64)
+	buf = append(buf, '*')
+	buf = strconv.AppendInt(buf, int64(len(args)), 10)
+	buf = append(buf, '\r', '\n')
+	for _, a := range args {
+		buf = append(buf, '$')
+		buf = strconv.AppendInt(buf, int64(len(a)), 10)
+		buf = append(buf, '\r', '\n')
+		buf = append(buf, a...)
+		buf = append(buf, '\r', '\n')
+	}
+	if _, err := c.c.Write(buf); err != nil {
+		return nil, err
+	}
+	return ReadRaw(c.r, nil)
+}
+
+// ReadRaw appends one complete RESP2 value read from r to dst.
+func ReadRaw(r *bufio.Reader, dst []byte) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("bad reply line %q", line)
+	}
+	dst = append(dst, line...)
+	n, _ := strconv.Atoi(string(line[1 : len(line)-2]))
+	switch line[0] {
+	case '+', '-', ':':
+		return dst, nil
+	case '$':
+		if n < 0 {
+			return dst, nil
+		}
+		if n > 512<<20 {
+			return nil, fmt.Errorf("bulk reply of %d bytes", n)
+		}
+		start := len(dst)
+		dst = append(dst, make([]byte, n+2)...)
+		if _, err := io.ReadFull(r, dst[start:]); err != nil {
+			return nil, err
+		}
+		return dst, nil
+	case '*':
+		for i := 0; i < n; i++ {
+			if dst, err = ReadRaw(r, dst); err != nil {
+				return nil, err
+			}
+		}
+		return dst, nil
+	}
+	return nil, fmt.Errorf("unknown reply type %q", line[0])
+}

@@ -1,0 +1,96 @@
+// Package raftfsm replicates sluice's configuration through Raft: the
+// versioned encoding of log entries, the state machine that applies them to
+// the budget tree and the membership map (node id → RESP address), and the
+// node that opens, bootstraps, joins, applies with bounded waits and shuts
+// down with a leadership transfer.
+package raftfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-rl/sluice/budget"
+)
+
+// An entry is one byte of format version, one byte of type, and a JSON
+// payload. A replica that meets a version or type it does not know refuses
+// the entry (every replica refuses it alike, so state stays identical).
+const entryVersion = 1
+
+// EntryType says what an entry does.
+type EntryType uint8
+
+// The entry types.
+const (
+	SetBudget EntryType = iota + 1
+	DelBudget
+	ImportBudgets
+	AddMember
+	RemoveMember
+)
+
+// Entry is a decoded log entry.
+type Entry struct {
+	Type EntryType `json:"-"`
+	// SetBudget, DelBudget
+	Path      string         `json:"path,omitempty"`
+	Config    *budget.Config `json:"config,omitempty"`
+	Recursive bool           `json:"recursive,omitempty"`
+	// ImportBudgets
+	Budgets map[string]budget.Config `json:"budgets,omitempty"`
+	Replace bool                     `json:"replace,omitempty"`
+	IfEmpty bool                     `json:"if_empty,omitempty"`
+	// AddMember, RemoveMember
+	Member *Member `json:"member,omitempty"`
+	ID     string  `json:"id,omitempty"`
+}
+
+// Member is one node of the cluster as the replicated state knows it.
+type Member struct {
+	ID       string `json:"id"`
+	RespAddr string `json:"resp_addr"`
+	RaftAddr string `json:"raft_addr"`
+}
+
+// Encode returns the entry's log bytes.
+func (e *Entry) Encode() []byte {
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("raftfsm: encoding %d: %v", e.Type, err))
+	}
+	return append([]byte{entryVersion, byte(e.Type)}, b...)
+}
+
+// ErrBadEntry is returned for log bytes this version cannot decode.
+var ErrBadEntry = errors.New("raftfsm: undecodable entry")
+
+// Decode parses log bytes.
+func Decode(b []byte) (*Entry, error) {
+	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(RemoveMember) {
+		return nil, ErrBadEntry
+	}
+	e := &Entry{Type: EntryType(b[1])}
+	if err := json.Unmarshal(b[2:], e); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
+	}
+	switch e.Type {
+	case SetBudget:
+		if e.Config == nil || e.Path == "" {
+			return nil, fmt.Errorf("%w: set without path or config", ErrBadEntry)
+		}
+	case DelBudget:
+		if e.Path == "" {
+			return nil, fmt.Errorf("%w: delete without path", ErrBadEntry)
+		}
+	case AddMember:
+		if e.Member == nil || e.Member.ID == "" {
+			return nil, fmt.Errorf("%w: member without id", ErrBadEntry)
+		}
+	case RemoveMember:
+		if e.ID == "" {
+			return nil, fmt.Errorf("%w: remove without id", ErrBadEntry)
+		}
+	}
+	return e, nil
+}

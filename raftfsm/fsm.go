@@ -1,0 +1,193 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/sluice-rl/sluice/budget"
+)
+
+// State is the replicated state at one applied index. It is immutable:
+// Apply publishes a new State, so readers need no lock.
+type State struct {
+	Tree    *budget.Tree
+	Members map[string]Member
+}
+
+// SortedMembers returns the members ordered by id.
+func (s *State) SortedMembers() []Member {
+	out := make([]Member, 0, len(s.Members))
+	for _, m := range s.Members {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Response is what applying one entry answers.
+type Response struct {
+	// Err is a refusal with its reply code (ERR, BUDGET); nothing changed.
+	Err error
+	// Warn accompanies an accepted change (an overcommitted parent).
+	Warn string
+	// N counts what changed (nodes removed by a delete).
+	N int
+}
+
+// FSM is the Raft state machine. Apply is deterministic: it uses only the
+// entry and the log index, never the clock.
+type FSM struct {
+	state   atomic.Pointer[State]
+	applied atomic.Uint64
+	// OnApply, if set, runs after every applied entry (under Raft's FSM
+	// goroutine; keep it short).
+	OnApply func(index uint64)
+}
+
+// NewFSM returns a state machine with an empty tree and no members.
+func NewFSM() *FSM {
+	f := &FSM{}
+	f.state.Store(&State{Tree: budget.Empty, Members: map[string]Member{}})
+	return f
+}
+
+// State returns the current replicated state.
+func (f *FSM) State() *State { return f.state.Load() }
+
+// Applied returns the index of the last applied entry.
+func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// Apply applies one committed log entry.
+func (f *FSM) Apply(l *raft.Log) any {
+	defer func() {
+		f.applied.Store(l.Index)
+		if f.OnApply != nil {
+			f.OnApply(l.Index)
+		}
+	}()
+	if l.Type != raft.LogCommand {
+		return Response{}
+	}
+	e, err := Decode(l.Data)
+	if err != nil {
+		return Response{Err: &budget.Error{Code: "ERR", Msg: err.Error()}}
+	}
+	return f.apply(e, l.Index)
+}
+
+func (f *FSM) apply(e *Entry, index uint64) Response {
+	cur := f.state.Load()
+	next := &State{Tree: cur.Tree, Members: cur.Members}
+	var resp Response
+	switch e.Type {
+	case SetBudget:
+		ch, err := cur.Tree.Set(e.Path, *e.Config, index)
+		if err != nil {
+			return Response{Err: err}
+		}
+		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, 1
+	case DelBudget:
+		t, n, err := cur.Tree.Del(e.Path, e.Recursive, index)
+		if err != nil {
+			return Response{Err: err}
+		}
+		if n == 0 {
+			return Response{}
+		}
+		next.Tree, resp.N = t, n
+	case ImportBudgets:
+		if e.IfEmpty && cur.Tree.Len() > 0 {
+			return Response{}
+		}
+		ch, err := cur.Tree.Import(e.Budgets, e.Replace, index)
+		if err != nil {
+			return Response{Err: err}
+		}
+		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
+	case AddMember, RemoveMember:
+		m := make(map[string]Member, len(cur.Members)+1)
+		for k, v := range cur.Members {
+			m[k] = v
+		}
+		if e.Type == AddMember {
+			// A member's id or either address identifies it: drop stale
+			// records that share one, as a rejoining node's would.
+			for k, v := range m {
+				if k == e.Member.ID || v.RespAddr == e.Member.RespAddr || v.RaftAddr == e.Member.RaftAddr {
+					delete(m, k)
+				}
+			}
+			m[e.Member.ID] = *e.Member
+		} else {
+			delete(m, e.ID)
+		}
+		next.Members = m
+	}
+	f.state.Store(next)
+	return resp
+}
+
+// snapshotFormat versions the snapshot encoding.
+const snapshotFormat = 1
+
+type snapshotDoc struct {
+	Format  int                         `json:"format"`
+	Version uint64                      `json:"version"`
+	Budgets map[string]budget.Versioned `json:"budgets"`
+	Members map[string]Member           `json:"members"`
+}
+
+// Snapshot captures the current state; Persist does the I/O without
+// holding up Apply.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &snapshot{st: f.state.Load()}, nil
+}
+
+type snapshot struct{ st *State }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members}
+	if err := json.NewEncoder(sink).Encode(doc); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}
+
+// Restore replaces all state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var doc snapshotDoc
+	if err := json.NewDecoder(rc).Decode(&doc); err != nil {
+		return fmt.Errorf("raftfsm: snapshot: %w", err)
+	}
+	if doc.Format != snapshotFormat {
+		return fmt.Errorf("raftfsm: snapshot format %d, this version reads %d", doc.Format, snapshotFormat)
+	}
+	t, err := budget.FromVersioned(doc.Budgets, doc.Version)
+	if err != nil {
+		return fmt.Errorf("raftfsm: snapshot tree: %w", err)
+	}
+	if doc.Members == nil {
+		doc.Members = map[string]Member{}
+	}
+	f.state.Store(&State{Tree: t, Members: doc.Members})
+	return nil
+}
+
+// ResponseError extracts the refusal of an applied entry, if any.
+func ResponseError(r any) (Response, error) {
+	resp, ok := r.(Response)
+	if !ok {
+		return Response{}, errors.New("raftfsm: unexpected apply response")
+	}
+	return resp, nil
+}

@@ -1,0 +1,144 @@
+package raftfsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/sluice-rl/sluice/budget"
+)
+
+// sink is an in-memory raft.SnapshotSink.
+type sink struct{ bytes.Buffer }
+
+func (s *sink) ID() string    { return "test" }
+func (s *sink) Cancel() error { return nil }
+func (s *sink) Close() error  { return nil }
+
+func apply(f *FSM, index uint64, data []byte) Response {
+	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(Response)
+}
+
+func seeded(t testing.TB) *FSM {
+	f := NewFSM()
+	for i, kv := range [][2]string{
+		{"system", `{"sharing":"enforce","sustained":{"rate":10000,"window":"minute"},"budget":{"mode":"allocated","total":10000}}`},
+		{"system/p", `{"sustained":{"rate":5000,"window":"minute"},"budget":{"mode":"allocated","total":5000,"overcommit_ratio":1.2}}`},
+		{"system/p/t", `{"sustained":{"rate":1000,"window":"minute"}}`},
+	} {
+		if r := apply(f, uint64(i+1), setEntry(t, kv[0], kv[1])); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	apply(f, 4, (&Entry{Type: AddMember, Member: &Member{ID: "a", RespAddr: "127.0.0.1:1", RaftAddr: "127.0.0.1:2"}}).Encode())
+	return f
+}
+
+func TestSnapshotRestoreReplacesEverything(t *testing.T) {
+	f := seeded(t)
+	snap, _ := f.Snapshot()
+	var s sink
+	if err := snap.Persist(&s); err != nil {
+		t.Fatal(err)
+	}
+	saved := string(f.State().Tree.Export())
+	// Later changes, then a restore: they must be gone.
+	apply(f, 5, setEntry(t, "other", `{}`))
+	apply(f, 6, (&Entry{Type: RemoveMember, ID: "a"}).Encode())
+	if err := f.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(f.State().Tree.Export()); got != saved {
+		t.Fatalf("restored %s\nwant %s", got, saved)
+	}
+	if f.State().Tree.Get("system/p/t").Version != 3 || f.State().Members["a"].RespAddr != "127.0.0.1:1" {
+		t.Fatal("versions or members not restored")
+	}
+	var doc map[string]any
+	json.Unmarshal(s.Bytes(), &doc)
+	if doc["format"] != 1.0 {
+		t.Fatalf("snapshot format %v", doc["format"])
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader([]byte(`{"format":2}`)))); err == nil {
+		t.Fatal("unknown snapshot format accepted")
+	}
+}
+
+func TestImportIfEmptyIsIdempotent(t *testing.T) {
+	f := NewFSM()
+	cfgs := map[string]budget.Config{}
+	c, _ := budget.ParseJSON([]byte(`{"sustained":{"rate":5}}`))
+	cfgs["a"] = c
+	e := (&Entry{Type: ImportBudgets, Budgets: cfgs, IfEmpty: true}).Encode()
+	apply(f, 1, e)
+	apply(f, 2, setEntry(t, "b", `{}`))
+	apply(f, 3, e) // a second seeding finds the tree non-empty
+	if f.State().Tree.Len() != 2 || f.State().Tree.Get("a").Version != 1 {
+		t.Fatalf("tree %s", f.State().Tree.Export())
+	}
+}
+
+// FuzzFSMApply feeds arbitrary bytes as log entries: the FSM must not
+// panic, and an entry it refuses must leave the state untouched.
+func FuzzFSMApply(f *testing.F) {
+	f.Add(setEntry(f, "x", `{"sustained":{"rate":5}}`))
+	f.Add((&Entry{Type: DelBudget, Path: "system", Recursive: true}).Encode())
+	f.Add((&Entry{Type: AddMember, Member: &Member{ID: "z"}}).Encode())
+	f.Add([]byte{1, 3, '{', '}'})
+	f.Add([]byte{1, 1, 'n', 'u', 'l', 'l'})
+	f.Add([]byte{9, 9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fsm := seeded(t)
+		before := fsm.State()
+		r := apply(fsm, 10, data)
+		if r.Err != nil && fsm.State() != before {
+			t.Fatalf("refused entry (%v) changed the state", r.Err)
+		}
+		checkTree(t, fsm.State().Tree)
+	})
+}
+
+// FuzzBudgetSetJSON sets arbitrary JSON as a budget config under an
+// allocated parent: no panic, and the tree stays consistent.
+func FuzzBudgetSetJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"sustained":{"rate":100,"window":"minute"}}`, `{"rate_limit":{"sharing":"inherit"}}`,
+		`{"budget":{"mode":"shared","total":3}}`, `{"sustained":{"rate":4000,"window":"minute"}}`,
+		`{"scope":"user","strategy":"degrade","cost":0}`, `{"burst":{"capacity":1}}`, `[]`, `{"sustained":{"rate":1e3}}`,
+	} {
+		f.Add(s, "system/p/new")
+	}
+	f.Fuzz(func(t *testing.T, js, path string) {
+		fsm := seeded(t)
+		c, err := budget.ParseJSON([]byte(js))
+		if err != nil {
+			return
+		}
+		before := fsm.State()
+		r := apply(fsm, 10, (&Entry{Type: SetBudget, Path: path, Config: &c}).Encode())
+		if r.Err != nil && fsm.State() != before {
+			t.Fatalf("refused set (%v) changed the state", r.Err)
+		}
+		checkTree(t, fsm.State().Tree)
+	})
+}
+
+// checkTree verifies a tree's invariants: it round-trips through export,
+// and every allocated node's children fit total × overcommit.
+func checkTree(t *testing.T, tr *budget.Tree) {
+	t.Helper()
+	cfgs, err := budget.ParseExport(tr.Export())
+	if err != nil {
+		t.Fatalf("export does not parse back: %v", err)
+	}
+	again, err := budget.Empty.Import(cfgs, true, tr.Version())
+	if err != nil {
+		t.Fatalf("export does not import back: %v", err)
+	}
+	if !bytes.Equal(again.Tree.Export(), tr.Export()) {
+		t.Fatal("export round trip differs")
+	}
+}

@@ -1,0 +1,249 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/budget"
+)
+
+func setEntry(t testing.TB, path, js string) []byte {
+	t.Helper()
+	c, err := budget.ParseJSON([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (&Entry{Type: SetBudget, Path: path, Config: &c}).Encode()
+}
+
+func open(t *testing.T, o Options) *Node {
+	t.Helper()
+	n, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	return n
+}
+
+// cluster starts node 0 alone and joins nodes 1..size-1 through the leader.
+func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) {
+	t.Helper()
+	var nodes []*Node
+	var opts []Options
+	for i := 0; i < size; i++ {
+		o := TestOptions(t, i)
+		if i > 0 {
+			o.Join = "127.0.0.1:1" // unreachable: the test joins them directly
+		}
+		if tweak != nil {
+			tweak(&o)
+		}
+		n := open(t, o)
+		o.RaftAddr = n.opts.RaftAddr
+		nodes, opts = append(nodes, n), append(opts, o)
+		if i == 0 {
+			WaitForLeader(t, n)
+		} else if err := nodes[0].Join(o.ID, o.RaftAddr, o.RespAddr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	WaitForLeader(t, nodes...)
+	return nodes, opts
+}
+
+func TestSingleNodeBootstrapsItself(t *testing.T) {
+	n := open(t, TestOptions(t, 0))
+	WaitForLeader(t, n)
+	resp, err := n.Apply(setEntry(t, "api", `{"sustained":{"rate":10}}`))
+	if err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
+	}
+	node := n.State().Tree.Get("api")
+	if node == nil || node.Version == 0 || node.Version != n.FSM().Applied() {
+		t.Fatalf("node %+v applied %d", node, n.FSM().Applied())
+	}
+	WaitFor(t, 5*time.Second, "self registered", func() bool { return n.State().Members["n0"].RespAddr == "127.0.0.1:1" })
+	if !n.Ready() {
+		t.Fatal("single node not ready")
+	}
+	// A refused change answers with the reason and changes nothing.
+	before := n.State()
+	resp, err = n.Apply(setEntry(t, "api/x", `{"sustained":{"rate":10},"budget":{"mode":"allocated","total":5}}`))
+	if err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
+	}
+	c, _ := budget.ParseJSON([]byte(`{"budget":{"mode":"allocated","total":5}}`))
+	n.Apply((&Entry{Type: SetBudget, Path: "p", Config: &c}).Encode())
+	resp, _ = n.Apply(setEntry(t, "p/a", `{"sustained":{"rate":6}}`))
+	if resp.Err == nil || resp.Err.Error() != "BUDGET children allocate 6/second, parent total 5/second × overcommit 1.0" {
+		t.Fatalf("allocation refusal: %v", resp.Err)
+	}
+	if n.State().Tree.Get("p/a") != nil || before.Tree.Get("api") == nil {
+		t.Fatal("refused change reached the tree")
+	}
+}
+
+func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := WaitForLeader(t, nodes...)
+	resp, err := leader.Apply(setEntry(t, "system", `{"sharing":"enforce","sustained":{"rate":100,"window":"minute"}}`))
+	if err != nil || resp.Err != nil {
+		t.Fatal(err, resp.Err)
+	}
+	idx := leader.FSM().Applied()
+	WaitForApplied(t, idx, nodes...)
+	for _, n := range nodes {
+		if v := n.State().Tree.Get("system"); v == nil || v.Version != idx {
+			t.Fatalf("%s: %+v, want version %d", n.ID(), v, idx)
+		}
+		if len(n.State().Members) != 3 {
+			t.Fatalf("%s knows %d members", n.ID(), len(n.State().Members))
+		}
+	}
+	// A follower refuses to apply: it must forward.
+	for _, n := range nodes {
+		if n != leader {
+			if _, err := n.Apply(setEntry(t, "x", `{}`)); !errors.Is(err, ErrNotLeader) {
+				t.Fatalf("follower apply: %v", err)
+			}
+		}
+	}
+
+	// Kill the leader: the other two elect a new one and take writes.
+	var survivors []*Node
+	var deadOpts Options
+	for i, n := range nodes {
+		if n == leader {
+			deadOpts = opts[i]
+			n.Shutdown()
+		} else {
+			survivors = append(survivors, n)
+		}
+	}
+	second := WaitForLeader(t, survivors...)
+	for i := 0; i < 5; i++ {
+		if resp, err := second.Apply(setEntry(t, fmt.Sprintf("system/t%d", i), `{"sustained":{"rate":10,"window":"minute"}}`)); err != nil || resp.Err != nil {
+			t.Fatal(err, resp.Err)
+		}
+	}
+	// The old leader comes back from its data dir and catches up.
+	back := open(t, deadOpts)
+	WaitForApplied(t, second.FSM().Applied(), back)
+	if back.State().Tree.Len() != 6 {
+		t.Fatalf("restarted node has %d budgets, want 6", back.State().Tree.Len())
+	}
+
+	// Two nodes down: the survivor cannot commit, within a bounded time.
+	all := append(survivors, back)
+	l := WaitForLeader(t, all...)
+	var alone *Node
+	for _, n := range all {
+		if n != l && alone == nil {
+			alone = n
+		} else {
+			n.Shutdown()
+		}
+	}
+	WaitFor(t, 10*time.Second, "the survivor to lose its leader", func() bool { _, _, ok := alone.Leader(); return !ok || !alone.IsLeader() })
+	start := time.Now()
+	_, err = alone.Apply(setEntry(t, "y", `{}`))
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("write without quorum: %v after %v", err, time.Since(start))
+	}
+	alone.Shutdown()
+
+	// All three restart from their data dirs: the tree is intact.
+	var again []*Node
+	for i := range opts {
+		again = append(again, open(t, opts[i]))
+	}
+	l = WaitForLeader(t, again...)
+	l.Barrier(5 * time.Second)
+	for _, n := range again {
+		WaitForApplied(t, l.FSM().Applied(), n)
+		if n.State().Tree.Len() != 6 || n.State().Tree.Get("system/t4") == nil {
+			t.Fatalf("%s after restart: %d budgets", n.ID(), n.State().Tree.Len())
+		}
+	}
+}
+
+func TestSnapshotsAndJoinAfterThem(t *testing.T) {
+	nodes, _ := cluster(t, 1, func(o *Options) {
+		o.SnapshotThreshold = 16
+		o.TrailingLogs = 4
+		o.SnapshotInterval = 50 * time.Millisecond
+	})
+	leader := nodes[0]
+	for i := 0; i < 60; i++ {
+		if resp, err := leader.Apply(setEntry(t, fmt.Sprintf("t/%d", i), `{"sustained":{"rate":5}}`)); err != nil || resp.Err != nil {
+			t.Fatal(err, resp.Err)
+		}
+	}
+	if err := leader.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	versions := leader.State().Tree.Versioned()
+	// A node joining now gets the tree by snapshot, the early log is gone.
+	o := TestOptions(t, 1)
+	o.Join = "127.0.0.1:1"
+	joiner := open(t, o)
+	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr); err != nil {
+		t.Fatal(err)
+	}
+	WaitForApplied(t, leader.FSM().Applied(), joiner)
+	got := joiner.State().Tree.Versioned()
+	if len(got) != 60 {
+		t.Fatalf("joiner has %d budgets, want 60", len(got))
+	}
+	for p, v := range versions {
+		if got[p].Version != v.Version {
+			t.Fatalf("%s: version %d on the joiner, %d on the leader", p, got[p].Version, v.Version)
+		}
+	}
+}
+
+func TestJoinReplacesStaleMember(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := WaitForLeader(t, nodes...)
+	// The same id at a new address replaces the old record.
+	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	servers, _ := leader.Servers()
+	for _, s := range servers {
+		if string(s.ID) == opts[1].ID && string(s.Address) != "127.0.0.1:59999" {
+			t.Fatalf("stale address kept: %v", servers)
+		}
+	}
+	if m := leader.State().Members[opts[1].ID]; m.RespAddr != "127.0.0.1:9" {
+		t.Fatalf("member record %+v", m)
+	}
+	if err := leader.Leave(opts[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if servers, _ := leader.Servers(); len(servers) != 2 {
+		t.Fatalf("after leave: %v", servers)
+	}
+	if err := leader.Leave("nobody"); err == nil {
+		t.Fatal("leaving an unknown id succeeded")
+	}
+}
+
+func TestRestartWithChangedAddressIsRefused(t *testing.T) {
+	o := TestOptions(t, 0)
+	n, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	WaitForLeader(t, n)
+	first := n.opts.RaftAddr
+	n.Shutdown()
+	o.RaftAddr = "127.0.0.1:0"
+	if _, err := Open(o); err == nil || !strings.Contains(err.Error(), "registered with raft address "+first) {
+		t.Fatalf("changed address: %v", err)
+	}
+}
