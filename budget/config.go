@@ -146,8 +146,8 @@ type configJSON struct {
 	Budget          *budgetJS    `json:"budget,omitempty"`
 	Scope           *string      `json:"scope,omitempty"`
 	Strategy        *string      `json:"strategy,omitempty"`
-	MaxWaitMs       *number `json:"max_wait_ms,omitempty"`
-	Cost            *number `json:"cost,omitempty"`
+	MaxWaitMs       *number      `json:"max_wait_ms,omitempty"`
+	Cost            *number      `json:"cost,omitempty"`
 	ResponseHeaders *bool        `json:"response_headers,omitempty"`
 	Quota           *quotaJS     `json:"quota,omitempty"`
 }
@@ -163,7 +163,7 @@ func (n *number) UnmarshalJSON(b []byte) error {
 
 type sustainedJS struct {
 	Rate   *number `json:"rate,omitempty"`
-	Window *string      `json:"window,omitempty"`
+	Window *string `json:"window,omitempty"`
 }
 
 type burstJS struct {
@@ -171,15 +171,15 @@ type burstJS struct {
 }
 
 type budgetJS struct {
-	Mode            *string      `json:"mode,omitempty"`
+	Mode            *string `json:"mode,omitempty"`
 	Total           *number `json:"total,omitempty"`
 	OvercommitRatio *number `json:"overcommit_ratio,omitempty"`
 }
 
 type quotaJS struct {
 	Limit    *number `json:"limit,omitempty"`
-	Period   *string      `json:"period,omitempty"`
-	Timezone *string      `json:"timezone,omitempty"`
+	Period   *string `json:"period,omitempty"`
+	Timezone *string `json:"timezone,omitempty"`
 }
 
 // ParseJSON parses a node config given as JSON, bare or wrapped in

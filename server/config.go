@@ -75,7 +75,9 @@ func dur(get func(*Config) *time.Duration) func(*Config, *flag.FlagSet, string, 
 }
 
 func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, string, string) {
-	return func(c *Config, fs *flag.FlagSet, name, usage, def string) { fs.BoolVar(get(c), name, def == "true", usage) }
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
+		fs.BoolVar(get(c), name, def == "true", usage)
+	}
 }
 
 var settings = []setting{

@@ -38,14 +38,14 @@ type guardConn struct {
 type frameState uint8
 
 const (
-	stStart    frameState = iota // at a command boundary
-	stCount                      // in "*<count>\r"
-	stCountLF                    // expecting '\n' after the count
-	stDollar                     // expecting '$'
-	stLen                        // in "$<len>\r"
-	stLenLF                      // expecting '\n' after the length
-	stBody                       // skipping payload and CRLF
-	stInline                     // in an inline command line
+	stStart   frameState = iota // at a command boundary
+	stCount                     // in "*<count>\r"
+	stCountLF                   // expecting '\n' after the count
+	stDollar                    // expecting '$'
+	stLen                       // in "$<len>\r"
+	stLenLF                     // expecting '\n' after the length
+	stBody                      // skipping payload and CRLF
+	stInline                    // in an inline command line
 )
 
 const maxInline = 64 << 10
