@@ -530,3 +530,16 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	*c = v
 	return nil
 }
+
+// Labels returns the distinct metrics labels of the tree's nodes.
+func (t *Tree) Labels() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range t.paths {
+		if l := t.nodes[p].label; !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
+}

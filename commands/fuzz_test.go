@@ -3,65 +3,33 @@ package commands
 import (
 	"bufio"
 	"bytes"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
 )
 
-// recConn is a redcon.Conn that records replies in a buffer.
-type recConn struct {
-	buf    bytes.Buffer
-	w      *redcon.Writer
-	ctx    any
-	closed bool
-}
-
-func newRecConn() *recConn {
-	c := &recConn{}
-	c.w = redcon.NewWriter(&c.buf)
-	return c
-}
-
-func (c *recConn) RemoteAddr() string             { return "127.0.0.1:1" }
-func (c *recConn) Close() error                   { c.closed = true; return nil }
-func (c *recConn) WriteError(msg string)          { c.w.WriteError(msg) }
-func (c *recConn) WriteString(str string)         { c.w.WriteString(str) }
-func (c *recConn) WriteBulk(bulk []byte)          { c.w.WriteBulk(bulk) }
-func (c *recConn) WriteBulkString(bulk string)    { c.w.WriteBulkString(bulk) }
-func (c *recConn) WriteInt(num int)               { c.w.WriteInt(num) }
-func (c *recConn) WriteInt64(num int64)           { c.w.WriteInt64(num) }
-func (c *recConn) WriteUint64(num uint64)         { c.w.WriteUint64(num) }
-func (c *recConn) WriteArray(count int)           { c.w.WriteArray(count) }
-func (c *recConn) WriteNull()                     { c.w.WriteNull() }
-func (c *recConn) WriteRaw(data []byte)           { c.w.WriteRaw(data) }
-func (c *recConn) WriteAny(v interface{})         { c.w.WriteAny(v) }
-func (c *recConn) Context() interface{}           { return c.ctx }
-func (c *recConn) SetContext(v interface{})       { c.ctx = v }
-func (c *recConn) SetReadBuffer(int)              {}
-func (c *recConn) Detach() redcon.DetachedConn    { return nil }
-func (c *recConn) ReadPipeline() []redcon.Command { return nil }
-func (c *recConn) PeekPipeline() []redcon.Command { return nil }
-func (c *recConn) NetConn() net.Conn              { return nil }
-
-// reply flushes and parses the one reply a command wrote.
-func (c *recConn) reply(t testing.TB) string {
-	c.w.Flush()
-	s, err := resptest.Parse(bufio.NewReader(&c.buf))
+// reply parses the one reply a command wrote.
+func reply(t testing.TB, c *Capture) string {
+	b := c.Bytes()
+	s, err := resptest.Parse(bufio.NewReader(bytes.NewReader(b)))
 	if err != nil {
-		t.Fatalf("command wrote invalid RESP %q: %v", c.buf.String(), err)
-	}
-	if c.buf.Len() != 0 {
-		t.Fatalf("command wrote more than one reply: %q left", c.buf.String())
+		t.Fatalf("command wrote invalid RESP %q: %v", b, err)
 	}
 	return s
 }
 
-func testEnv() *Env {
+// testEnv returns an environment backed by a real one-node Raft cluster.
+func testEnv(t testing.TB) *Env {
+	o := raftfsm.TestOptions(t, 0)
+	node, err := raftfsm.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Shutdown() })
+	raftfsm.WaitForLeader(t, node)
 	reg := NewRegistry()
 	done := make(chan struct{})
 	close(done) // WAIT returns at once: the fuzzer must not sleep
@@ -71,6 +39,7 @@ func testEnv() *Env {
 		Clients: NewClients(), Auth: NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
 		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,
 		Settings: func() []Setting { return nil },
+		Cluster:  node,
 	}
 }
 
@@ -92,10 +61,16 @@ func FuzzCommands(f *testing.F) {
 		"CLIENT\x00KILL\x00ID\x00999",
 		"COMMAND\x00DOCS",
 		"INFO\x00all",
+		"RL.BUDGET\x00SET\x00a/b\x00{\"sustained\":{\"rate\":5}}",
+		"RL.BUDGET\x00SET\x00a\x00RATE\x0010\x00SHARING\x00enforce\x00MODE\x00allocated\x00TOTAL\x0010",
+		"RL.ACQUIRE\x00a/b/c\x00COST\x002",
+		"RL.BUDGET\x00IMPORT\x00{\"budgets\":{\"x\":{\"scope\":\"user\"}}}\x00REPLACE",
+		"RL.BUDGET\x00DEL\x00a\x00RECURSIVE",
+		"RL.CLUSTER\x00NODES",
 	} {
 		f.Add([]byte(seed))
 	}
-	env := testEnv()
+	env := testEnv(f)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		args := bytes.Split(in, []byte{0})
 		if len(args) == 0 || len(args[0]) == 0 || len(args) > 64 {
@@ -105,10 +80,10 @@ func FuzzCommands(f *testing.F) {
 			return
 		}
 		s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
-		c := newRecConn()
+		c := NewCapture()
 		before := env.Store.Len()
 		env.Exec(c, s, args)
-		if r := c.reply(t); len(r) > 0 && r[0] == '-' && env.Store.Len() != before {
+		if r := reply(t, c); len(r) > 0 && r[0] == '-' && env.Store.Len() != before {
 			t.Fatalf("%q answered %s but changed the bucket count %d → %d", args, r, before, env.Store.Len())
 		}
 	})

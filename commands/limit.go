@@ -52,6 +52,7 @@ type limitArgs struct {
 	cost                               int64
 	hasCost                            bool
 	waitMs                             int64
+	hasWait                            bool
 	dryRun                             bool
 }
 
@@ -102,6 +103,7 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 		case allowed&optWait != 0 && eq(a, "WAIT"):
 			if v, e = need(i, "WAIT"); e == "" {
 				la.waitMs, e = intArg(v, "WAIT", 0, MaxWaitMs)
+				la.hasWait = true
 			}
 		case allowed&optSubject != 0 && eq(a, "KEY"):
 			if v, e = need(i, "KEY"); e == "" {
@@ -161,11 +163,10 @@ func writeResult(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
 	c.WriteInt(allowed)
 	c.WriteInt64(r.Remaining)
 	c.WriteInt64(r.Limit)
-	switch {
-	case allowed != 0:
+	if allowed == 1 {
 		c.WriteInt(0)
-	default:
-		c.WriteInt64(engine.CeilMs(r.RetryAfter))
+	} else {
+		c.WriteInt64(engine.CeilMs(r.RetryAfter)) // degrade (2) still says when the limit frees up
 	}
 	c.WriteInt64(engine.CeilMs(r.ResetAfter))
 	c.WriteBulk(limitedBy)
@@ -196,7 +197,7 @@ func acquireCmd(ctx *Ctx) {
 		return
 	}
 	if !la.hasRate {
-		noBudget(ctx, la.target)
+		budgetAcquire(ctx, &la, false)
 		return
 	}
 	lim, e := la.limit()
@@ -228,11 +229,6 @@ func acquireCmd(ctx *Ctx) {
 	writeResult(ctx, allowed, &r, la.target)
 }
 
-// noBudget answers a budget-form call for a path with no budget node.
-func noBudget(ctx *Ctx, path []byte) {
-	ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(path, 256) + "'")
-}
-
 func peekCmd(ctx *Ctx) {
 	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optSubject)
 	if e != "" {
@@ -240,6 +236,10 @@ func peekCmd(ctx *Ctx) {
 		return
 	}
 	if !ctx.checkKey(la.target) {
+		return
+	}
+	if !la.hasRate && budgetTarget(ctx, la.target) {
+		budgetAcquire(ctx, &la, true)
 		return
 	}
 	lim, ok := inlineLimit(ctx, &la)
@@ -291,6 +291,10 @@ func refundCmd(ctx *Ctx) {
 	if !ctx.checkKey(la.target) {
 		return
 	}
+	if !la.hasRate && budgetTarget(ctx, la.target) {
+		budgetRefund(ctx, &la)
+		return
+	}
 	lim, ok := inlineLimit(ctx, &la)
 	if !ok {
 		return
@@ -303,6 +307,10 @@ func resetCmd(ctx *Ctx) {
 	la, e := parseLimitArgs(ctx.Args, optSubject)
 	if e != "" {
 		ctx.Conn.WriteError(e)
+		return
+	}
+	if budgetTarget(ctx, la.target) {
+		budgetReset(ctx, &la)
 		return
 	}
 	if ctx.Env.Store.Reset(engine.SpaceInline, la.target) {

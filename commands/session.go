@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 )
 
@@ -65,7 +66,15 @@ type Session struct {
 	user    string
 	role    Role
 
-	ctx Ctx
+	ctx     Ctx
+	scratch budget.Scratch
+}
+
+// Name returns the name the client set with CLIENT SETNAME.
+func (s *Session) Name() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.name
 }
 
 // NewSession returns the state of a new connection. kill closes it from
@@ -248,6 +257,13 @@ type Env struct {
 	Info func(section string) []InfoField
 	// Shutdown is closed when the server begins to stop.
 	Shutdown <-chan struct{}
+	// Cluster replicates the budget tree; every node has one (a single
+	// node is a one-member cluster).
+	Cluster Cluster
+	// SyncInterval is --sync-interval, reported by RL.CLUSTER INFO.
+	SyncInterval time.Duration
+
+	labels atomic.Pointer[budgetLabels]
 }
 
 // Setting is one configuration value as CONFIG GET shows it.

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -142,16 +143,22 @@ func port(addr string) string {
 // single starts a one-node server on OS-chosen loopback ports.
 func single(t *testing.T, args ...string) *proc {
 	return start(t, append([]string{"--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--raft-addr", "127.0.0.1:" + freePort(t), "--data-dir", t.TempDir()}, args...)...)
+		"--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, args...)...)
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, for nodes
+// whose addresses must be known before they start (a static cluster). It
+// picks below Linux's ephemeral range (32768+), so that sockets the OS
+// numbers for other tests running meanwhile do not take it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 100; i++ {
+		p := 20000 + rand.IntN(12000)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			l.Close()
+			return fmt.Sprint(p)
+		}
 	}
-	defer l.Close()
-	return port(l.Addr().String())
+	t.Fatal("no free port")
+	return ""
 }

@@ -63,7 +63,8 @@ type Node struct {
 	fsm     *FSM
 	bolt    *raftboltdb.BoltStore
 	trans   *raft.NetworkTransport
-	client  *respclient.Client
+	client  *respclient.Client // joins
+	fwd     *respclient.Client // forwarded writes
 	notify  chan bool
 	changed chan struct{}
 
@@ -71,6 +72,11 @@ type Node struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
+
+// ForwardPrefix names the connections that carry writes forwarded by
+// another node: such a write is never forwarded again, so a stale view of
+// the leader cannot bounce a write between two followers.
+const ForwardPrefix = "sluice-forward:"
 
 // Errors a write can meet, worded as replies.
 var (
@@ -110,7 +116,8 @@ func Open(o Options) (*Node, error) {
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: level, Output: o.LogOutput, JSONFormat: o.LogJSON})
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
-		client: &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second}}
+		client: &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second},
+		fwd:    &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: ForwardPrefix + o.ID, Timeout: 10 * time.Second}}
 	var err error
 	if n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.DataDir, "raft.db")}); err != nil {
 		return nil, fmt.Errorf("raft log store: %w", err)
@@ -131,8 +138,15 @@ func Open(o Options) (*Node, error) {
 		return nil, fmt.Errorf("--raft-addr %s: %w", o.RaftAddr, err)
 	}
 	o.RaftAddr = string(n.trans.LocalAddr()) // the bound port, if 0 was asked for
-	n.opts.RaftAddr = o.RaftAddr
+	if o.ID == "" {
+		o.ID = o.RaftAddr
+	}
+	n.opts.RaftAddr, n.opts.ID = o.RaftAddr, o.ID
+	n.client.Name, n.fwd.Name = "sluice-peer:"+o.ID, ForwardPrefix+o.ID
 	cfg := raft.DefaultConfig()
+	// Half of hashicorp/raft's defaults: a lone node elects itself within
+	// a second of starting, and a LAN cluster fails over in about one.
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 	cfg.LocalID = raft.ServerID(o.ID)
 	cfg.Logger = hl
 	cfg.NotifyCh = n.notify
@@ -331,7 +345,7 @@ func (n *Node) Forward(args [][]byte) ([]byte, error) {
 	if !ok || addr == "" {
 		return nil, ErrNoLeader
 	}
-	raw, err := n.client.Do(addr, args)
+	raw, err := n.fwd.Do(addr, args)
 	if err != nil {
 		return nil, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
 	}
@@ -530,6 +544,7 @@ func (n *Node) Shutdown() error {
 	}
 	err := n.raft.Shutdown().Error()
 	n.client.Close()
+	n.fwd.Close()
 	n.trans.Close()
 	if cerr := n.bolt.Close(); err == nil {
 		err = cerr

@@ -273,8 +273,8 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		bad("data-dir", "must not be empty")
 	}
-	if c.NodeID == "" {
-		c.NodeID = c.RaftAddr
+	if c.NodeID == "" && !strings.HasSuffix(c.RaftAddr, ":0") {
+		c.NodeID = c.RaftAddr // with port 0 the node takes its bound address
 	}
 	if strings.ContainsAny(c.NodeID, " ,=\r\n") {
 		bad("node-id", "must not contain spaces, commas or '='")

@@ -3,15 +3,24 @@ package server
 import (
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
 )
 
-// startServer runs an in-process node on loopback ports chosen by the OS.
+// startServer runs an in-process node (server and one-node Raft cluster)
+// on loopback ports chosen by the OS, and waits until it is ready.
 func startServer(t *testing.T, mutate func(*Config)) *Server {
+	return startNode(t, mutate).Server
+}
+
+func startNode(t *testing.T, mutate func(*Config)) *Node { return startNodeHook(t, mutate, nil) }
+
+func startNodeHook(t *testing.T, mutate func(*Config), hook func(*raftfsm.Options)) *Node {
 	t.Helper()
 	cfg, err := Load(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
@@ -25,15 +34,23 @@ func startServer(t *testing.T, mutate func(*Config)) *Server {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	clk := &clock{}
+	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Now: clk.Now, Raft: func(o *raftfsm.Options) {
+		raftfsm.FastTiming(o)
+		o.LogOutput = io.Discard
+		if hook != nil {
+			hook(o)
+		}
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
+	t.Cleanup(n.Close)
+	clocks.Store(n.Server, clk)
+	if cfg.Join == "" {
+		waitFor(t, n.Raft.Ready)
 	}
-	t.Cleanup(s.Shutdown)
-	return s
+	return n
 }
 
 type exchange struct {
@@ -53,19 +70,26 @@ func script(t *testing.T, c *resptest.Client, steps []exchange) {
 
 func cmd(args ...string) []string { return args }
 
-// clock is a settable time source for replies that depend on time.
+// clock is the test servers' time source: real time until a test fixes it.
 type clock struct{ ns atomic.Int64 }
+
+var clocks sync.Map // *Server → *clock
 
 // t0 is midnight UTC, a multiple of every window in the tests.
 const t0 = int64(19676*86400) * int64(time.Second)
 
-func (c *clock) Now() int64              { return c.ns.Load() }
+func (c *clock) Now() int64 {
+	if v := c.ns.Load(); v != 0 {
+		return v
+	}
+	return time.Now().UnixNano()
+}
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // fixClock makes s answer on a fixed timeline starting at t0.
 func fixClock(s *Server) *clock {
-	c := &clock{}
+	v, _ := clocks.Load(s)
+	c := v.(*clock)
 	c.ns.Store(t0)
-	s.env.Now = c.Now
 	return c
 }

@@ -1,28 +1,242 @@
 package server
 
-import "log/slog"
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
 
-// Node is a running sluice process: the RESP/HTTP server and, later, its
-// Raft member.
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// Node is a running sluice process: the RESP/HTTP server and its Raft
+// member.
 type Node struct {
 	Server *Server
+	Raft   *raftfsm.Node
+	log    *slog.Logger
 	failed chan error
+	stop   chan struct{}
 }
 
-// Open starts a node from a validated config.
-func Open(cfg Config, log *slog.Logger) (*Node, error) {
+// NodeHooks lets tests adjust the Raft options (timing, snapshots) and
+// the clock, before anything runs.
+type NodeHooks struct {
+	Raft func(*raftfsm.Options)
+	Now  func() int64
+}
+
+// Open starts a node from a validated config: bind the sockets, open Raft
+// (bootstrapping or joining), then serve.
+func Open(cfg Config, log *slog.Logger) (*Node, error) { return OpenWith(cfg, log, NodeHooks{}) }
+
+// OpenWith is Open with hooks for tests.
+func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	s, err := New(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Start(); err != nil {
+	if hooks.Now != nil {
+		s.env.Now = hooks.Now
+	}
+	if err := s.Listen(); err != nil {
 		return nil, err
 	}
-	return &Node{Server: s, failed: make(chan error, 1)}, nil
+	advertise := cfg.Advertise
+	if _, port, _ := net.SplitHostPort(advertise); port == "0" {
+		advertise = s.ln.Addr().String()
+	}
+	o := raftfsm.Options{
+		ID: cfg.NodeID, RaftAddr: cfg.RaftAddr, RespAddr: advertise, DataDir: filepath.Join(cfg.DataDir, "raft"),
+		Join: cfg.Join, Password: cfg.RequirePass, Logger: log.With("component", "raft"),
+		LogOutput: os.Stderr, LogJSON: cfg.LogFormat == "json", LogLevel: cfg.LogLevel,
+	}
+	if cfg.BootstrapPeers != "" {
+		peers, _ := ParsePeers(cfg.BootstrapPeers)
+		known := false
+		for _, p := range peers {
+			o.Peers = append(o.Peers, raftfsm.Member{ID: p.ID, RaftAddr: p.RaftAddr, RespAddr: p.RespAddr})
+			known = known || p.ID == cfg.NodeID
+		}
+		if !known {
+			s.closeListeners()
+			return nil, fmt.Errorf("--bootstrap-peers does not list this node's --node-id %q", cfg.NodeID)
+		}
+	}
+	if cfg.TLSCert != "" {
+		if o.TLS, o.ClientTLS, err = peerTLS(cfg); err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+	}
+	applyHist := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "sluice_raft_apply_duration_seconds", Help: "Time from proposing a configuration write to its commit and apply.",
+		Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
+	})
+	o.ObserveApply = applyHist.Observe
+	if hooks.Raft != nil {
+		hooks.Raft(&o)
+	}
+	rn, err := raftfsm.Open(o)
+	if err != nil {
+		s.closeListeners()
+		return nil, err
+	}
+	s.env.Cluster = rn
+	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
+	s.SetReady(rn.Ready)
+	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
+	n := &Node{Server: s, Raft: rn, log: log, failed: make(chan error, 1), stop: make(chan struct{})}
+	s.Serve()
+	if cfg.Budgets != "" {
+		go n.seed(cfg.Budgets)
+	}
+	return n, nil
+}
+
+func (s *Server) closeListeners() {
+	s.ln.Listener.Close()
+	if s.httpLn != nil {
+		s.httpLn.Close()
+	}
+}
+
+// peerTLS builds the TLS configurations for Raft between nodes: peers must
+// present a certificate signed by --tls-ca or, without it, this node's own
+// certificate (one certificate shared by all nodes).
+func peerTLS(cfg Config) (server, client *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %v", err)
+	}
+	var pool *x509.CertPool
+	if cfg.TLSCA != "" {
+		if pool, err = loadCA(cfg.TLSCA); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		pool = x509.NewCertPool()
+		leaf, err := x509.ParseCertificate(cert.Certificate[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tls-cert: %v", err)
+		}
+		pool.AddCert(leaf)
+	}
+	server, client = raftfsm.PeerTLS(cert, pool)
+	return server, client, nil
+}
+
+// seed imports the --budgets file once a leader exists, if the tree is
+// still empty then (IFEMPTY makes concurrent seeding by several nodes safe).
+func (n *Node) seed(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		n.log.Error("--budgets", "err", err)
+		return
+	}
+	if _, err := budget.ParseExport(b); err != nil {
+		n.log.Error("--budgets: not imported", "file", path, "err", err)
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(time.Duration(min(attempt, 10)) * 200 * time.Millisecond):
+		}
+		if n.Raft.State().Tree.Len() > 0 {
+			return
+		}
+		if _, _, ok := n.Raft.Leader(); !ok {
+			continue
+		}
+		reply := string(n.Server.env.Run("RL.BUDGET", "IMPORT", string(b), "IFEMPTY"))
+		if strings.HasPrefix(reply, "+OK") {
+			n.log.Info("budget tree seeded", "file", path, "reply", strings.TrimSpace(reply[1:]))
+			return
+		}
+		n.log.Warn("seeding budgets", "reply", strings.TrimSpace(reply))
+	}
 }
 
 // Failed delivers an error if the node stops on its own.
 func (n *Node) Failed() <-chan error { return n.failed }
 
-// Close stops the node gracefully.
-func (n *Node) Close() { n.Server.Shutdown() }
+// Close stops the node gracefully: stop accepting and finish in-flight
+// replies, then hand over leadership and stop Raft.
+func (n *Node) Close() {
+	select {
+	case <-n.stop:
+		return
+	default:
+		close(n.stop)
+	}
+	n.Server.Shutdown()
+	if err := n.Raft.Shutdown(); err != nil {
+		n.log.Warn("raft shutdown", "err", err)
+	}
+}
+
+func raftInfo(n *raftfsm.Node, sec string) []commands.InfoField {
+	if sec != "raft" {
+		return nil
+	}
+	st := n.Stats()
+	id, addr, _ := n.Leader()
+	f := func(k, v string) commands.InfoField { return commands.InfoField{Name: k, Value: v} }
+	return []commands.InfoField{
+		f("node_id", n.ID()), f("role", n.Role()), f("leader_id", id), f("leader_addr", addr),
+		f("term", st["term"]), f("commit_index", st["commit_index"]), f("applied_index", st["applied_index"]),
+		f("last_log_index", st["last_log_index"]), f("last_snapshot_index", st["last_snapshot_index"]),
+		f("num_peers", st["num_peers"]), f("last_contact", st["last_contact"]),
+		f("members", strconv.Itoa(len(n.State().Members))), f("budgets", strconv.Itoa(n.State().Tree.Len())),
+		f("budget_version", strconv.FormatUint(n.State().Tree.Version(), 10)),
+	}
+}
+
+// raftCollector bridges hashicorp/raft's figures into Prometheus at scrape
+// time.
+type raftCollector struct{ n *raftfsm.Node }
+
+var (
+	raftStateDesc   = prometheus.NewDesc("sluice_raft_state", "Raft role: 0 follower, 1 candidate, 2 leader, 3 shutdown.", nil, nil)
+	raftTermDesc    = prometheus.NewDesc("sluice_raft_term", "Current Raft term.", nil, nil)
+	raftCommitDesc  = prometheus.NewDesc("sluice_raft_commit_index", "Highest Raft log index known committed.", nil, nil)
+	raftAppliedDesc = prometheus.NewDesc("sluice_raft_applied_index", "Highest Raft log index applied to the budget tree.", nil, nil)
+	raftLeaderDesc  = prometheus.NewDesc("sluice_raft_leader", "1 if this node knows a leader, else 0.", nil, nil)
+	raftPeersDesc   = prometheus.NewDesc("sluice_raft_peers", "Other voters in the Raft configuration.", nil, nil)
+	syncLagDesc     = prometheus.NewDesc("sluice_sync_lag_seconds", "Age of the newest consumption received from peers; -1 while nodes do not exchange consumption.", nil, nil)
+)
+
+func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{raftStateDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLeaderDesc, raftPeersDesc, syncLagDesc} {
+		ch <- d
+	}
+}
+
+func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.n.Stats()
+	num := func(k string) float64 { v, _ := strconv.ParseFloat(st[k], 64); return v }
+	state := map[string]float64{"Follower": 0, "Candidate": 1, "Leader": 2, "Shutdown": 3}[st["state"]]
+	leader := 0.0
+	if _, _, ok := c.n.Leader(); ok {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(raftStateDesc, prometheus.GaugeValue, state)
+	ch <- prometheus.MustNewConstMetric(raftTermDesc, prometheus.GaugeValue, num("term"))
+	ch <- prometheus.MustNewConstMetric(raftCommitDesc, prometheus.GaugeValue, num("commit_index"))
+	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(c.n.FSM().Applied()))
+	ch <- prometheus.MustNewConstMetric(raftLeaderDesc, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(raftPeersDesc, prometheus.GaugeValue, num("num_peers"))
+	ch <- prometheus.MustNewConstMetric(syncLagDesc, prometheus.GaugeValue, -1)
+}

@@ -67,6 +67,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Started:   time.Now(),
 		MaxKeyLen: cfg.MaxKeyLen,
 		Shutdown:  s.shutdown,
+
+		SyncInterval: cfg.SyncInterval,
 	}
 	s.env.Settings = func() []commands.Setting {
 		var out []commands.Setting
@@ -98,8 +100,19 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 // Env exposes the shared command environment (for tests and wiring).
 func (s *Server) Env() *commands.Env { return s.env }
 
-// Start binds the listeners and serves in the background.
+// Start binds the listeners and serves in the background (Listen, then
+// Serve).
 func (s *Server) Start() error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.Serve()
+	return nil
+}
+
+// Listen binds the RESP and HTTP sockets without serving yet, so that the
+// bound addresses are known before the Raft node starts.
+func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.cfg.RespAddr)
 	if err != nil {
 		return fmt.Errorf("--resp-addr %s: %w", s.cfg.RespAddr, err)
@@ -121,6 +134,13 @@ func (s *Server) Start() error {
 			return fmt.Errorf("--http-addr %s: %w", s.cfg.HTTPAddr, err)
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	return nil
+}
+
+// Serve starts serving on the bound sockets in the background.
+func (s *Server) Serve() {
+	if s.http != nil {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -142,7 +162,6 @@ func (s *Server) Start() error {
 	}()
 	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "tls", s.cfg.TLSCert != "",
 		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
-	return nil
 }
 
 // RespAddr returns the bound RESP address.
@@ -186,7 +205,7 @@ func (s *Server) sweep() {
 			return
 		case <-t.C:
 			st := s.env.Store
-			st.Sweep(time.Now().UnixNano(), max(st.Len()/8, 1<<16))
+			st.Sweep(s.env.Now(), max(st.Len()/8, 1<<16))
 		}
 	}
 }

@@ -1,0 +1,160 @@
+package commands
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// Cluster is the Raft member behind configuration writes and reads;
+// *raftfsm.Node implements it.
+type Cluster interface {
+	ID() string
+	State() *raftfsm.State
+	IsLeader() bool
+	Leader() (id, respAddr string, ok bool)
+	Role() string
+	Apply(entry []byte) (raftfsm.Response, error)
+	Forward(args [][]byte) ([]byte, error)
+	Join(id, raftAddr, respAddr string) error
+	Leave(id string) error
+	Stats() map[string]string
+	Servers() ([]raft.Server, error)
+}
+
+func clusterCommands() []*Command {
+	return []*Command{
+		{Name: "RL.CLUSTER", Arity: -2, Flags: 0, Handler: clusterCmd, Summary: "Cluster membership and state.",
+			Syntax: "INFO | NODES | JOIN id raft_addr resp_addr | LEAVE id"},
+	}
+}
+
+// write proposes entry through Raft and renders the applied response with
+// ok. On a follower it forwards the command to the leader and relays the
+// leader's reply as it is.
+func (ctx *Ctx) write(entry []byte, ok func(raftfsm.Response)) {
+	cl := ctx.Env.Cluster
+	if cl.IsLeader() {
+		resp, err := cl.Apply(entry)
+		switch {
+		case err == nil && resp.Err != nil:
+			ctx.Conn.WriteError(resp.Err.Error())
+			return
+		case err == nil:
+			ok(resp)
+			return
+		case err != raftfsm.ErrNotLeader:
+			ctx.Conn.WriteError(err.Error())
+			return
+		}
+	}
+	ctx.forward()
+}
+
+// forward relays the current command to the leader.
+func (ctx *Ctx) forward() {
+	if strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+		ctx.Conn.WriteError("TRYAGAIN not the leader (the write was forwarded here by a node with an older view)")
+		return
+	}
+	raw, err := ctx.Env.Cluster.Forward(ctx.Args)
+	if err != nil {
+		ctx.Conn.WriteError(err.Error())
+		return
+	}
+	ctx.Conn.WriteRaw(raw)
+}
+
+func clusterCmd(ctx *Ctx) {
+	a := ctx.Args
+	cl := ctx.Env.Cluster
+	switch sub := a[1]; {
+	case eq(sub, "INFO") && len(a) == 2:
+		st := cl.Stats()
+		leaderID, leaderAddr, _ := cl.Leader()
+		pairs := []string{
+			"node_id", cl.ID(), "role", cl.Role(), "leader_id", leaderID, "leader_addr", leaderAddr,
+			"term", st["term"], "commit_index", st["commit_index"], "applied_index", st["applied_index"],
+			"members", strconv.Itoa(len(cl.State().Members)),
+			"sync_interval_ms", strconv.FormatInt(ctx.Env.SyncInterval.Milliseconds(), 10),
+			// Consumption is not exchanged between nodes yet: each node
+			// limits on its own buckets. -1 says so.
+			"sync_lag_ms", "-1",
+		}
+		ctx.Conn.WriteArray(len(pairs))
+		for _, p := range pairs {
+			ctx.Conn.WriteBulkString(p)
+		}
+	case eq(sub, "NODES") && len(a) == 2:
+		servers, err := cl.Servers()
+		if err != nil {
+			ctx.Conn.WriteError("TRYAGAIN " + err.Error())
+			return
+		}
+		members := cl.State().Members
+		leaderID, _, _ := cl.Leader()
+		ctx.Conn.WriteArray(len(servers))
+		for _, s := range servers {
+			id := string(s.ID)
+			role := "follower"
+			switch {
+			case id == leaderID:
+				role = "leader"
+			case id == cl.ID():
+				role = cl.Role()
+			}
+			suffrage := "voter"
+			if s.Suffrage != raft.Voter {
+				suffrage = "nonvoter"
+			}
+			ctx.Conn.WriteArray(5)
+			ctx.Conn.WriteBulkString(id)
+			ctx.Conn.WriteBulkString(members[id].RespAddr)
+			ctx.Conn.WriteBulkString(string(s.Address))
+			ctx.Conn.WriteBulkString(suffrage)
+			ctx.Conn.WriteBulkString(role)
+		}
+	case eq(sub, "JOIN") && len(a) == 5:
+		if !adminRole(ctx) {
+			return
+		}
+		id, raftAddr, respAddr := string(a[2]), string(a[3]), string(a[4])
+		if id == "" || strings.ContainsAny(id, " ,=\r\n") {
+			ctx.Conn.WriteError("ERR node id must be non-empty, without spaces, commas or '='")
+			return
+		}
+		ctx.membership(func() error { return cl.Join(id, raftAddr, respAddr) })
+	case eq(sub, "LEAVE") && len(a) == 3:
+		if !adminRole(ctx) {
+			return
+		}
+		ctx.membership(func() error { return cl.Leave(string(a[2])) })
+	default:
+		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try RL.CLUSTER INFO, NODES, JOIN id raft_addr resp_addr or LEAVE id.")
+	}
+}
+
+// membership runs a leader-only membership change here or on the leader.
+func (ctx *Ctx) membership(change func() error) {
+	err := change()
+	switch {
+	case err == nil:
+		ctx.Conn.WriteString(okReply)
+	case err == raftfsm.ErrNotLeader:
+		ctx.forward()
+	default:
+		ctx.Conn.WriteError(err.Error())
+	}
+}
+
+// adminRole replies NOPERM unless the session has the admin role.
+func adminRole(ctx *Ctx) bool {
+	if ok, e := adminOnly(ctx); !ok {
+		ctx.Conn.WriteError(strings.Replace(e, "'client'", "'"+lower(ctx.Cmd.Name)+"'", 1))
+		return false
+	}
+	return true
+}

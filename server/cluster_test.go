@@ -1,0 +1,145 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// version reads a budget's version from a node's local replica.
+func version(t *testing.T, n *Node, path string) uint64 {
+	t.Helper()
+	c := resptest.Dial(t, n.Server.RespAddr())
+	got := c.Do("RL.BUDGET", "GET", path)
+	if got == "nil" {
+		return 0
+	}
+	var s string
+	fmt.Sscanf(got, "%q", &s)
+	unq, _ := unquote(got)
+	var v struct{ Version uint64 }
+	if err := json.Unmarshal([]byte(unq), &v); err != nil {
+		t.Fatalf("GET %s: %s (%v)", path, got, err)
+	}
+	return v.Version
+}
+
+func unquote(s string) (string, error) {
+	var out string
+	_, err := fmt.Sscanf(s, "%q", &out)
+	return out, err
+}
+
+func leaderOf(t *testing.T, nodes ...*Node) *Node {
+	t.Helper()
+	var rn []*raftfsm.Node
+	for _, n := range nodes {
+		rn = append(rn, n.Raft)
+	}
+	l := raftfsm.WaitForLeader(t, rn...)
+	for _, n := range nodes {
+		if n.Raft == l {
+			return n
+		}
+	}
+	return nil
+}
+
+// joinCluster starts a node that bootstraps and two that join it over RESP
+// with RL.CLUSTER JOIN, the way --join does.
+func joinCluster(t *testing.T, hook func(*raftfsm.Options)) []*Node {
+	t.Helper()
+	first := startNodeHook(t, nil, hook)
+	nodes := []*Node{first}
+	for i := 1; i < 3; i++ {
+		n := startNodeHook(t, func(c *Config) { c.Join = first.Server.RespAddr() }, hook)
+		nodes = append(nodes, n)
+	}
+	raftfsm.WaitFor(t, 15*time.Second, "three members", func() bool {
+		for _, n := range nodes {
+			if len(n.Raft.State().Members) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+func TestClusterForwardsWritesAndReplicates(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	c := resptest.Dial(t, follower.Server.RespAddr())
+	if got := c.Do("RL.BUDGET", "SET", "tenant/a", "RATE", "5", "PER", "minute"); got != "+OK" {
+		t.Fatalf("SET through a follower: %s", got)
+	}
+	if got := c.Do("RL.BUDGET", "SET", "tenant/b", "RATE", "0"); got != "-ERR sustained.rate must be an integer between 1 and 1000000000000" {
+		t.Fatalf("bad SET: %s", got)
+	}
+	want := leader.Raft.FSM().Applied()
+	raftfsm.WaitForApplied(t, want, leader.Raft, nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	v := version(t, nodes[0], "tenant/a")
+	for _, n := range nodes {
+		if got := version(t, n, "tenant/a"); got != v || got == 0 {
+			t.Fatalf("%s reports version %d, want %d", n.Raft.ID(), got, v)
+		}
+	}
+	// Every node limits from its own buckets with the replicated config.
+	for _, n := range nodes {
+		r := resptest.Dial(t, n.Server.RespAddr()).Do("RL.ACQUIRE", "tenant/a")
+		if !strings.HasPrefix(r, "[1 4 5 ") {
+			t.Fatalf("%s: %s", n.Raft.ID(), r)
+		}
+	}
+	// CLUSTER NODES lists every member with its RESP address and role.
+	nodesReply := c.Do("RL.CLUSTER", "NODES")
+	for _, n := range nodes {
+		if !strings.Contains(nodesReply, `"`+n.Server.RespAddr()+`"`) {
+			t.Fatalf("NODES %s lacks %s", nodesReply, n.Server.RespAddr())
+		}
+	}
+	if strings.Count(nodesReply, `"leader"`) != 1 || strings.Count(nodesReply, `"voter"`) != 3 {
+		t.Fatalf("NODES %s", nodesReply)
+	}
+	// A member leaves through a follower; the leader carries it out.
+	if got := c.Do("RL.CLUSTER", "LEAVE", "nosuch"); got != "-ERR no node with id 'nosuch'" {
+		t.Fatalf("LEAVE unknown: %s", got)
+	}
+}
+
+func TestJoinAfterSnapshotsGetsTheWholeTree(t *testing.T) {
+	hook := func(o *raftfsm.Options) {
+		o.SnapshotThreshold, o.TrailingLogs, o.SnapshotInterval = 8, 2, 50*time.Millisecond
+	}
+	first := startNodeHook(t, nil, hook)
+	c := resptest.Dial(t, first.Server.RespAddr())
+	for i := 0; i < 40; i++ {
+		if got := c.Do("RL.BUDGET", "SET", fmt.Sprintf("t/%02d", i), "RATE", "7"); got != "+OK" {
+			t.Fatal(got)
+		}
+	}
+	if err := first.Raft.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	late := startNodeHook(t, func(cfg *Config) { cfg.Join = first.Server.RespAddr() }, hook)
+	raftfsm.WaitForApplied(t, first.Raft.FSM().Applied(), late.Raft)
+	got := resptest.Dial(t, late.Server.RespAddr()).Do("RL.BUDGET", "LIST", "t/")
+	if strings.Count(got, `"t/`) != 40 {
+		t.Fatalf("late joiner lists %s", got)
+	}
+	if version(t, late, "t/00") != version(t, first, "t/00") {
+		t.Fatal("versions differ after snapshot install")
+	}
+}
