@@ -28,5 +28,15 @@ vet:
 fmt:
 	gofmt -w .
 
+# A short smoke benchmark: one sluice node on free loopback ports, 20000
+# inline RL.ACQUIREs from the bench tool (go run ./bench), its report.
+bench:
+	bash bench/smoke.sh
+
+# sluice against Redis INCR and a Redis Lua token bucket, measured with
+# redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
+bench-compare:
+	bash bench/compare.sh
+
 clean:
 	rm -rf bin sluice-data

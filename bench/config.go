@@ -1,0 +1,323 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits of the flags. maxConns keeps the per-connection latency
+// histograms (about 140 KB each) within a few hundred megabytes.
+const (
+	maxConns     = 4096
+	maxPipeline  = 10000
+	maxRequests  = 1_000_000_000_000
+	maxKeySpace  = 1_000_000_000_000
+	maxRateArg   = 1_000_000_000_000 // the server's own bound on RATE and BURST
+	maxTreeNodes = 1_000_000
+	maxDuration  = 24 * time.Hour
+	minZipfS     = 1.0 // exclusive: math/rand/v2's Zipf needs s > 1
+	maxZipfS     = 10.0
+)
+
+// Config is one run of the load generator, as the flags describe it.
+type Config struct {
+	Targets     []string      // host:port; connection i goes to Targets[i%len]
+	Password    string        // AUTH before the run when not empty
+	User        string        // AUTH user, with Password
+	Conns       int           // connections
+	Pipeline    int           // commands written per batch
+	Requests    int64         // total requests; 0 when Duration is set
+	Duration    time.Duration // run length; 0 when Requests is set
+	KeySpace    uint64        // keys are key:0 … key:KeySpace-1
+	Dist        string        // "uniform" or "zipf"
+	ZipfS       float64       // Zipf exponent, > 1
+	Mix         Mix           // command kinds and their weights
+	Rate        int64         // RATE of acquire, count of throttle, of evalsha
+	Burst       int64         // BURST of acquire, max_burst of throttle, of evalsha
+	Per         string        // PER of acquire ("" sends none); throttle's period
+	Algo        string        // ALGO of acquire ("" sends none)
+	Partners    int           // budget tree: partners under system
+	Tenants     int           // budget tree: tenants under each partner
+	EvalSHA     string        // script of the evalsha kind
+	Seed        int64         // seeds every connection's generator
+	RateLimit   int64         // requests/s over all connections; 0 runs flat out
+	Timeout     time.Duration // dial, AUTH and setup replies; a stall longer than this ends the run
+	JSON        bool          // report as JSON
+	ThrottlePer int64         // throttle's period in whole seconds, derived from Per
+}
+
+// usageText heads the --help output; the flags follow.
+const usageText = `Usage: go run ./bench [flags]
+
+A load generator for sluice (and any server that speaks RESP2): -c
+connections, each writing -P commands per batch, drawn from a --mix of
+command kinds over a key space of -r keys. It reports throughput, the
+limiting decisions (admitted, denied, degraded), errors and latency
+percentiles.
+
+Exit status: 0 when every reply was a valid answer, 1 when the run failed,
+was interrupted or some replies were errors, 2 for bad flags.
+
+Flags (- and -- are the same):
+`
+
+// rawFlags are the flags read as text (or noted as given) and turned into
+// Config fields only once all flags are known.
+type rawFlags struct {
+	mix, per, dur, timeout string
+	nGiven                 bool
+}
+
+// newFlagSet binds every flag to c and raw, with the defaults set.
+func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	*c = Config{
+		Targets: []string{"127.0.0.1:6380"}, Conns: 50, Pipeline: 1, Requests: 100000,
+		KeySpace: 100000, Dist: "uniform", ZipfS: 1.1, Rate: 100, Burst: 100,
+		Partners: 10, Tenants: 10, Seed: 1, Timeout: 10 * time.Second,
+	}
+	*raw = rawFlags{mix: "acquire=100", timeout: "10s"}
+	fs.Var(&targetList{list: &c.Targets}, "h", "target `host:port`; repeat or separate with commas to spread connections round-robin")
+	fs.StringVar(&c.Password, "a", "", "`password` sent with AUTH on every connection before the run")
+	fs.StringVar(&c.User, "user", "", "`name` for AUTH user password (needs -a)")
+	fs.Var(intFlag[int]{p: &c.Conns, lo: 1, hi: maxConns}, "c", "number of `connections`")
+	fs.Var(intFlag[int]{p: &c.Pipeline, lo: 1, hi: maxPipeline}, "P", "pipeline `depth`: commands written in one batch")
+	fs.Var(intFlag[int64]{p: &c.Requests, lo: 1, hi: maxRequests, given: &raw.nGiven}, "n", "total `requests` (exclusive with -d)")
+	fs.StringVar(&raw.dur, "d", "", "run for a `duration` such as 30s or 5m, or whole seconds (exclusive with -n)")
+	fs.Var(uintFlag{p: &c.KeySpace, lo: 1, hi: maxKeySpace}, "r", "key space `size`: keys key:0 … key:r-1")
+	fs.StringVar(&c.Dist, "dist", c.Dist, "key `distribution`: uniform or zipf")
+	fs.Var(floatFlag{p: &c.ZipfS, lo: minZipfS, hi: maxZipfS}, "zipf-s", "Zipf `exponent` s > 1; larger is more skewed")
+	fs.StringVar(&raw.mix, "mix", raw.mix, "command `mix` kind=weight,…; kinds: "+strings.Join(kindNames(), ", "))
+	fs.Var(intFlag[int64]{p: &c.Rate, lo: 1, hi: maxRateArg}, "rate", "`tokens` per window of acquire, throttle and evalsha")
+	fs.Var(intFlag[int64]{p: &c.Burst, lo: 1, hi: maxRateArg}, "burst", "burst `capacity` of acquire and evalsha, max_burst of throttle")
+	fs.StringVar(&raw.per, "per", "", "`window` of acquire (PER) and throttle's period: second, minute, hour, day, week or a duration (default second)")
+	fs.StringVar(&c.Algo, "algo", "", "`algorithm` of acquire (ALGO): "+strings.Join(algoNames, ", ")+" (default: the server's)")
+	fs.Var(intFlag[int]{p: &c.Partners, lo: 1, hi: maxTreeNodes}, "tree-partners", "budget tree: `partners` under system")
+	fs.Var(intFlag[int]{p: &c.Tenants, lo: 1, hi: maxTreeNodes}, "tree-tenants", "budget tree: `tenants` under each partner")
+	fs.StringVar(&c.EvalSHA, "evalsha", "", "`sha1` of a loaded script for the evalsha kind: EVALSHA sha 1 key rate burst")
+	fs.Var(intFlag[int64]{p: &c.Seed, lo: math.MinInt64, hi: math.MaxInt64}, "seed", "`seed` of the key and mix generators; each connection derives its own")
+	fs.Var(intFlag[int64]{p: &c.RateLimit, lo: 0, hi: maxRequests}, "rate-limit", "open loop: send `N` requests/s over all connections; 0 runs as fast as the server answers")
+	fs.StringVar(&raw.timeout, "timeout", raw.timeout, "`duration` allowed to connect and for any reply to arrive")
+	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
+	return fs
+}
+
+// parseArgs parses and validates the command line. It returns
+// flag.ErrHelp, having written the usage to help, when asked for help.
+func parseArgs(args []string, help io.Writer) (Config, error) {
+	var c Config
+	var raw rawFlags
+	fs := newFlagSet(&c, &raw)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(help, usageText)
+			fs.SetOutput(help)
+			fs.PrintDefaults()
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
+	}
+	var err error
+	if c.Mix, err = parseMix(raw.mix); err != nil {
+		return c, err
+	}
+	if raw.dur != "" {
+		if raw.nGiven {
+			return c, errors.New("-n and -d are exclusive: give a request count or a duration")
+		}
+		if c.Duration, err = parseDuration(raw.dur, time.Millisecond, maxDuration); err != nil {
+			return c, fmt.Errorf("-d %v", err)
+		}
+		c.Requests = 0
+	}
+	if c.Timeout, err = parseDuration(raw.timeout, time.Millisecond, time.Hour); err != nil {
+		return c, fmt.Errorf("--timeout %v", err)
+	}
+	if c.Dist != "uniform" && c.Dist != "zipf" {
+		return c, fmt.Errorf("--dist must be uniform or zipf (got %q)", c.Dist)
+	}
+	if c.User != "" && c.Password == "" {
+		return c, errors.New("--user needs a password: give -a as well")
+	}
+	if c.Algo != "" && !slices.Contains(algoNames, c.Algo) {
+		return c, fmt.Errorf("--algo must be one of %s (got %q)", strings.Join(algoNames, ", "), c.Algo)
+	}
+	c.ThrottlePer = 1
+	if raw.per != "" {
+		d, ok := parseWindow(raw.per)
+		if !ok {
+			return c, fmt.Errorf("--per must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d (got %q)", raw.per)
+		}
+		c.Per = raw.per
+		c.ThrottlePer = int64(d / time.Second)
+		if c.Mix.Has(kindThrottle) && (d%time.Second != 0) {
+			return c, fmt.Errorf("--per must be a whole number of seconds when the mix has throttle (CL.THROTTLE takes its period in seconds; got %q)", raw.per)
+		}
+	}
+	if c.Mix.Has(kindEvalSHA) && !shaRe.MatchString(c.EvalSHA) {
+		return c, fmt.Errorf("--evalsha must be the 40-hex-digit SHA1 of a loaded script when the mix has evalsha (got %q)", c.EvalSHA)
+	}
+	if c.Mix.HasBudget() && int64(c.Partners)*int64(c.Tenants) > maxTreeNodes {
+		return c, fmt.Errorf("--tree-partners × --tree-tenants must be at most %d (got %d × %d)", maxTreeNodes, c.Partners, c.Tenants)
+	}
+	return c, nil
+}
+
+var shaRe = regexp.MustCompile(`^[0-9a-fA-F]{40}$`)
+
+// algoNames are the values of ALGO the server accepts.
+var algoNames = []string{"token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket"}
+
+// parseDuration reads a Go duration ("30s", "1m30s") or whole seconds
+// ("30") within [lo, hi].
+func parseDuration(s string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, nerr := strconv.ParseInt(s, 10, 64)
+		if nerr != nil || n > int64(hi/time.Second) {
+			return 0, fmt.Errorf("must be a duration such as 30s or 5m, or whole seconds, between %v and %v (got %q)", lo, hi, s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("must be a duration between %v and %v (got %q)", lo, hi, s)
+	}
+	return d, nil
+}
+
+var windowWords = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
+	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+}
+
+// parseWindow checks a PER value the way the server reads it: a unit word,
+// a Go duration, or a whole number of days ("7d"), between 1ms and 3650d.
+func parseWindow(s string) (time.Duration, bool) {
+	d, ok := windowWords[strings.ToLower(s)]
+	if !ok {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			n, nerr := strconv.ParseInt(strings.TrimSuffix(s, "d"), 10, 64)
+			if !strings.HasSuffix(s, "d") || nerr != nil || n < 1 || n > 3650 {
+				return 0, false
+			}
+			d = time.Duration(n) * 24 * time.Hour
+		}
+	}
+	return d, d >= time.Millisecond && d <= 3650*24*time.Hour
+}
+
+// targetList is the repeatable -h flag; the first use replaces the default.
+type targetList struct {
+	list *[]string
+	set  bool
+}
+
+func (t *targetList) String() string {
+	if t.list == nil {
+		return ""
+	}
+	return strings.Join(*t.list, ",")
+}
+
+func (t *targetList) Set(v string) error {
+	if !t.set {
+		*t.list, t.set = nil, true
+	}
+	for _, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			return fmt.Errorf("must be host:port (got %q)", a)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("port must be an integer between 1 and 65535 (got %q)", a)
+		}
+		*t.list = append(*t.list, a)
+	}
+	return nil
+}
+
+// intFlag is an integer flag with an inclusive range; its error names the
+// range (the flag package adds the flag's name).
+type intFlag[T int | int64] struct {
+	p      *T
+	lo, hi int64
+	given  *bool // set when the flag appears, if not nil
+}
+
+func (f intFlag[T]) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(int64(*f.p), 10)
+}
+
+func (f intFlag[T]) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < f.lo || n > f.hi {
+		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
+	}
+	*f.p = T(n)
+	if f.given != nil {
+		*f.given = true
+	}
+	return nil
+}
+
+// uintFlag is an unsigned integer flag with an inclusive range.
+type uintFlag struct {
+	p      *uint64
+	lo, hi uint64
+}
+
+func (f uintFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatUint(*f.p, 10)
+}
+
+func (f uintFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < f.lo || n > f.hi {
+		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
+	}
+	*f.p = n
+	return nil
+}
+
+// floatFlag is a number flag in (lo, hi].
+type floatFlag struct {
+	p      *float64
+	lo, hi float64
+}
+
+func (f floatFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f floatFlag) Set(s string) error {
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(n > f.lo) || n > f.hi {
+		return fmt.Errorf("must be a number greater than %g and at most %g", f.lo, f.hi)
+	}
+	*f.p = n
+	return nil
+}
