@@ -157,11 +157,19 @@ func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 		return
 	}
 	r := &out.Result
-	if out.Allowed == 1 && r.Wait > 0 && !call.DryRun && !ctx.hold(r.Wait) {
-		later := ctx.Env.Now()
-		back, _ := tree.Refund(ctx.Env.Store, later, &call, out.Cost, &ctx.S.scratch)
-		out.Allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
-		r.Remaining, r.ResetAfter = back.Result.Remaining, back.Result.ResetAfter
+	if out.Allowed == 1 && r.Wait > 0 && !call.DryRun {
+		if ctx.hold(r.Wait) {
+			// Describe the levels as they are now, when the reply goes out.
+			peek := budget.Call{Path: call.Path, Subject: call.Subject, HasCost: true, HasWait: true, DryRun: true}
+			if cur, err := tree.Acquire(ctx.Env.Store, ctx.Env.Now(), &peek, &ctx.S.scratch); err == nil {
+				r.Remaining, r.ResetAfter = cur.Result.Remaining, cur.Result.ResetAfter
+			}
+		} else {
+			later := ctx.Env.Now()
+			back, _ := tree.Refund(ctx.Env.Store, later, &call, out.Cost, &ctx.S.scratch)
+			out.Allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
+			r.Remaining, r.ResetAfter = back.Result.Remaining, back.Result.ResetAfter
+		}
 	}
 	if !call.DryRun {
 		ctx.Env.counters(tree, out.Label).count(out.Allowed, out.Cost)

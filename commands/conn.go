@@ -48,28 +48,34 @@ func helloCmd(ctx *Ctx) {
 			return
 		}
 	}
+	// Options are checked first, AUTH applied next, and SETNAME only once
+	// the connection is authenticated: a refused HELLO changes nothing.
+	var name []byte
 	for i := 2; i < len(a); i++ {
 		switch {
 		case eq(a[i], "AUTH") && i+2 < len(a):
-			if !ctx.authenticate(a[i+1], a[i+2]) {
-				return
-			}
 			i += 2
 		case eq(a[i], "SETNAME") && i+1 < len(a):
-			if !ctx.setName(a[i+1]) {
-				return
-			}
+			name = a[i+1]
 			i++
 		default:
 			ctx.Conn.WriteError("ERR Syntax error in HELLO option '" + printable(a[i], 64) + "'")
 			return
 		}
 	}
-	if ok, e := ctx.S.Allowed(ctx.Cmd); !ok || ctx.S.Role() == RoleNone {
-		if e == "" {
-			e = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	for i := 2; i < len(a); i++ {
+		if eq(a[i], "AUTH") && i+2 < len(a) {
+			if !ctx.authenticate(a[i+1], a[i+2]) {
+				return
+			}
+			break
 		}
-		ctx.Conn.WriteError(e)
+	}
+	if ctx.S.Role() == RoleNone {
+		ctx.Conn.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	if name != nil && !ctx.setName(name) {
 		return
 	}
 	c := ctx.Conn

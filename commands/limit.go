@@ -216,12 +216,19 @@ func acquireCmd(ctx *Ctx) {
 	if r.Allowed {
 		allowed = 1
 	}
-	if r.Allowed && r.Wait > 0 && !la.dryRun && !ctx.hold(r.Wait) {
-		// Stopping: give the reserved tokens back rather than admit early.
-		later := ctx.Env.Now()
-		back, _ := ctx.Env.Store.Refund(later, engine.SpaceInline, la.target, &lim, cost)
-		allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
-		r.Remaining, r.ResetAfter = back.Remaining, back.ResetAfter
+	if r.Allowed && r.Wait > 0 && !la.dryRun {
+		if ctx.hold(r.Wait) {
+			// Describe the bucket as it is now, when the reply goes out.
+			now := ctx.Env.Now()
+			cur := ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: &lim}, 0, true)
+			r.Remaining, r.ResetAfter = cur.Remaining, cur.ResetAfter
+		} else {
+			// Stopping: give the reserved tokens back rather than admit early.
+			later := ctx.Env.Now()
+			back, _ := ctx.Env.Store.Refund(later, engine.SpaceInline, la.target, &lim, cost)
+			allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
+			r.Remaining, r.ResetAfter = back.Remaining, back.ResetAfter
+		}
 	}
 	if !la.dryRun {
 		ctx.Env.Metrics.inline.count(allowed, cost)
@@ -262,6 +269,10 @@ func peekCmd(ctx *Ctx) {
 // one given, else the bucket's own. It replies and returns false if there is
 // neither.
 func inlineLimit(ctx *Ctx, la *limitArgs) (engine.Limit, bool) {
+	if la.subject != nil {
+		ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(la.target, 256) + "'; KEY applies to budget paths only")
+		return engine.Limit{}, false
+	}
 	if la.hasRate {
 		l, e := la.limit()
 		if e != "" {
@@ -311,6 +322,10 @@ func resetCmd(ctx *Ctx) {
 	}
 	if budgetTarget(ctx, la.target) {
 		budgetReset(ctx, &la)
+		return
+	}
+	if la.subject != nil {
+		ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(la.target, 256) + "'; KEY applies to budget paths only")
 		return
 	}
 	if ctx.Env.Store.Reset(engine.SpaceInline, la.target) {

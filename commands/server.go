@@ -132,6 +132,18 @@ func commandCmd(ctx *Ctx) {
 		for _, c := range cs {
 			writeCommandDocs(ctx, c)
 		}
+	case eq(sub, "HELP") && len(a) == 2:
+		lines := []string{"COMMAND <subcommand> [<arg> ...]. Subcommands are:",
+			"(no subcommand)", "    Return details about all sluice commands.",
+			"COUNT", "    Return the total number of commands.",
+			"DOCS [<command-name> ...]", "    Return documentary details about commands (all if none is named).",
+			"INFO [<command-name> ...]", "    Return details about commands (all if none is named).",
+			"LIST", "    Return the names of all commands.",
+			"HELP", "    Print this help."}
+		ctx.Conn.WriteArray(len(lines))
+		for _, l := range lines {
+			ctx.Conn.WriteString(l)
+		}
 	case eq(sub, "LIST") && len(a) == 2:
 		ctx.Conn.WriteArray(len(reg.list))
 		for _, c := range reg.list {
@@ -248,7 +260,7 @@ func (env *Env) infoSection(sec string) []InfoField {
 			f("used_memory", m.HeapAlloc),
 			f("used_memory_human", fmt.Sprintf("%.2fM", float64(m.HeapAlloc)/(1<<20))),
 			f("used_memory_rss", m.Sys),
-			f("total_system_memory", m.Sys),
+			f("total_system_memory", systemMemory()),
 			f("gc_cycles", m.NumGC),
 		}
 	case "buckets":
@@ -261,4 +273,21 @@ func (env *Env) infoSection(sec string) []InfoField {
 		return env.Info(sec)
 	}
 	return nil
+}
+
+// systemMemory returns the machine's memory in bytes from /proc/meminfo,
+// or 0 where that is not available.
+func systemMemory() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb uint64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb)
+			return kb * 1024
+		}
+	}
+	return 0
 }

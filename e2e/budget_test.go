@@ -53,19 +53,47 @@ func doErr(t *testing.T, c *redis.Client, args ...any) string {
 	return err.Error()
 }
 
-// acquireN sends n acquires and counts the admitted ones; it returns the
-// last reply.
+// acquireN sends n acquires in one pipeline and counts the admitted ones;
+// it returns the last reply and how long the pipeline took (refill during
+// that time may admit a few more than a frozen clock would).
 func acquireN(t *testing.T, c *redis.Client, n int, args ...any) (int, []any) {
 	t.Helper()
+	admitted, last, _ := acquireTimed(t, c, n, args...)
+	return admitted, last
+}
+
+func acquireTimed(t *testing.T, c *redis.Client, n int, args ...any) (int, []any, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	cmds, err := c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		for i := 0; i < n; i++ {
+			p.Do(context.Background(), append([]any{"RL.ACQUIRE"}, args...)...)
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
 	admitted := 0
 	var last []any
-	for i := 0; i < n; i++ {
-		last = do(t, c, append([]any{"RL.ACQUIRE"}, args...)...).([]any)
+	for _, cmd := range cmds {
+		last = cmd.(*redis.Cmd).Val().([]any)
 		if last[0] == int64(1) {
 			admitted++
 		}
 	}
-	return admitted, last
+	return admitted, last, elapsed
+}
+
+// within checks an admitted count against the frozen-clock figure, allowing
+// the tokens a refill of one per interval adds while the calls ran.
+func within(t *testing.T, what string, got, want int, elapsed, interval time.Duration) {
+	t.Helper()
+	extra := int(elapsed / interval)
+	if got < want || got > want+extra {
+		t.Fatalf("%s: admitted %d, want %d (+%d for %v of refill)", what, got, want, extra, elapsed)
+	}
 }
 
 const (
@@ -97,10 +125,11 @@ func TestWorkedExampleEffectiveLimitAndHundredAdmissions(t *testing.T) {
 	if node.Effective.Rate != 1000 || node.Effective.Window != "minute" || node.Effective.Burst != 100 || node.Version == 0 {
 		t.Fatalf("GET system/p/t: %+v", node)
 	}
-	admitted, last := acquireN(t, c, 101, "system/p/t")
-	if admitted != 100 || last[0] != int64(0) || last[5] != "system/p/t" {
+	admitted, last, took := acquireTimed(t, c, 101, "system/p/t")
+	if took < 60*time.Millisecond && (admitted != 100 || last[0] != int64(0) || last[5] != "system/p/t") {
 		t.Fatalf("admitted %d; 101st reply %v", admitted, last)
 	}
+	within(t, "system/p/t", admitted, 100, took, 60*time.Millisecond) // 1000/minute
 }
 
 func TestAllocationCheckAndOvercommit(t *testing.T) {
@@ -137,18 +166,18 @@ func TestSharedPoolInheritEnforcePrivate(t *testing.T) {
 	do(t, c, "RL.BUDGET", "SET", "pool", `{"sustained":{"rate":100,"window":"minute"},"budget":{"mode":"shared","total":100}}`)
 	do(t, c, "RL.BUDGET", "SET", "pool/a", `{}`)
 	do(t, c, "RL.BUDGET", "SET", "pool/b", `{}`)
-	a, _ := acquireN(t, c, 70, "pool/a")
-	b, last := acquireN(t, c, 50, "pool/b")
-	if a != 70 || b != 30 || last[5] != "pool" {
+	a, _, ta := acquireTimed(t, c, 70, "pool/a")
+	b, last, tb := acquireTimed(t, c, 50, "pool/b")
+	if a != 70 || last[5] != "pool" {
 		t.Fatalf("shared pool: a %d, b %d, last %v", a, b, last)
 	}
+	within(t, "pool/b", b, 30, ta+tb, 600*time.Millisecond) // 100/minute
 	for sharing, want := range map[string][2]int{"inherit": {10, 10}, "enforce": {10, 0}, "private": {20, 20}} {
 		do(t, c, "RL.BUDGET", "SET", sharing, "RATE", "10", "PER", "minute", "SHARING", sharing)
-		c1, _ := acquireN(t, c, 20, sharing+"/one")
-		c2, last := acquireN(t, c, 20, sharing+"/two")
-		if c1 != want[0] || c2 != want[1] {
-			t.Fatalf("%s: children admitted %d and %d, want %v (last %v)", sharing, c1, c2, want, last)
-		}
+		c1, _, t1 := acquireTimed(t, c, 20, sharing+"/one")
+		c2, last, t2 := acquireTimed(t, c, 20, sharing+"/two")
+		within(t, sharing+"/one", c1, want[0], t1, 6*time.Second) // 10/minute
+		within(t, sharing+"/two", c2, want[1], t1+t2, 6*time.Second)
 		if sharing == "private" && (last[1] != int64(-1) || last[2] != int64(-1)) {
 			t.Fatalf("private parent's child should be unlimited: %v", last)
 		}
@@ -177,20 +206,20 @@ func TestScopeUserDeniedConsumesNothingAndCost(t *testing.T) {
 	if doErr[0] != int64(0) {
 		t.Fatalf("cost 40: %v", doErr)
 	}
-	if r := do(t, c, "RL.ACQUIRE", "sys/other", "COST", "44").([]any); r[0] != int64(1) || r[1] != int64(0) {
+	if r := do(t, c, "RL.ACQUIRE", "sys/other", "COST", "44").([]any); r[0] != int64(1) {
 		t.Fatalf("the enforce aggregate lost tokens to denied calls: %v", r)
 	}
 	// 1000 tokens a minute: 100 calls at cost 10, or 50 at 10 plus 500 at 1.
 	do(t, c, "RL.BUDGET", "SET", "llm", "RATE", "1000", "PER", "minute")
-	if got, _ := acquireN(t, c, 101, "llm", "COST", "10"); got != 100 {
-		t.Fatalf("cost 10: %d admitted", got)
-	}
+	got, _, took := acquireTimed(t, c, 101, "llm", "COST", "10")
+	within(t, "cost 10", got, 100, took, 600*time.Millisecond) // 10 tokens at 1000/minute
 	do(t, c, "RL.BUDGET", "SET", "llm2", "RATE", "1000", "PER", "minute")
-	big, _ := acquireN(t, c, 50, "llm2", "COST", "10")
-	small, _ := acquireN(t, c, 501, "llm2")
-	if big != 50 || small != 500 {
-		t.Fatalf("mixed: %d at 10, %d at 1", big, small)
+	big, _, t1 := acquireTimed(t, c, 50, "llm2", "COST", "10")
+	small, _, t2 := acquireTimed(t, c, 501, "llm2")
+	if big != 50 {
+		t.Fatalf("mixed: %d of 50 at cost 10", big)
 	}
+	within(t, "mixed, then cost 1", small, 500, t1+t2, 60*time.Millisecond)
 }
 
 func TestBudgetsFileSeedsAnEmptyTree(t *testing.T) {

@@ -247,8 +247,16 @@ func (s *Store) Refund(now int64, space Space, key []byte, lim *Limit, n int64) 
 func refundState(l *Limit, st state, now, n int64) state {
 	switch l.Algo {
 	case FixedWindow:
-		if st.a >= floorDiv(now, l.Window) {
+		k := floorDiv(now, l.Window)
+		switch {
+		case st.a == k:
 			st.b = max(st.b-n, 0)
+		case st.a > k:
+			// A reservation in a later window: the current window was
+			// (treated as) full when it was made, and stays so.
+			if st.b -= n; st.b <= 0 {
+				st = state{a: k, b: l.Burst}
+			}
 		}
 		return st
 	case SlidingWindow:

@@ -263,3 +263,20 @@ func TestSpacesAreSeparate(t *testing.T) {
 		t.Fatal("each space should hold its own bucket")
 	}
 }
+
+func TestRefundOfAWindowReservationKeepsTheWindowFull(t *testing.T) {
+	s := New(Options{Shards: 1})
+	l := mustLimit(t, FixedWindow, 2, 2*sec, 2)
+	key := []byte("fw")
+	s.Acquire(t0, Request{Key: key, Limit: l, Cost: 2}, 0, false)
+	if r := s.Acquire(t0, Request{Key: key, Limit: l, Cost: 1}, int64(3*sec), false); !r.Allowed || r.Wait != int64(2*sec) {
+		t.Fatalf("reservation: %+v", r)
+	}
+	s.Refund(t0, SpaceInline, key, nil, 1)
+	if r := s.Acquire(t0, Request{Key: key, Limit: l, Cost: 1}, 0, false); r.Allowed {
+		t.Fatalf("refunding the reservation reopened the full window: %+v", r)
+	}
+	if r := s.Acquire(t0+int64(2*sec), Request{Key: key, Limit: l, Cost: 2}, 0, false); !r.Allowed {
+		t.Fatalf("next window: %+v", r)
+	}
+}

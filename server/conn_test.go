@@ -100,6 +100,8 @@ func TestAuthAndRoles(t *testing.T) {
 	script(t, c, []exchange{
 		{cmd("PING"), "-NOAUTH Authentication required."},
 		{cmd("RL.ACQUIRE", "k", "RATE", "5"), "-NOAUTH Authentication required."},
+		{cmd("HELLO", "2", "SETNAME", "sneaky"), "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"},
+		{cmd("HELLO", "2", "AUTH", "default", "nope", "SETNAME", "sneaky"), "-WRONGPASS invalid username-password pair or user is disabled."},
 		{cmd("HELLO", "3", "AUTH", "default", "s3cret"), "-NOPROTO sorry, this protocol version is not supported"},
 		{cmd("HELLO", "2"), "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"},
 		{cmd("AUTH", "wrong"), "-WRONGPASS invalid username-password pair or user is disabled."},
@@ -117,6 +119,7 @@ func TestAuthAndRoles(t *testing.T) {
 		{cmd("RESET"), "+RESET"},
 		{cmd("PING"), "-NOAUTH Authentication required."},
 		{cmd("HELLO", "2", "AUTH", "default", "s3cret"), `["server" "sluice" "version" "` + Version + `" "proto" 2 "id" 1 "mode" "standalone" "role" "master" "modules" []]`},
+		{cmd("CLIENT", "GETNAME"), "nil"}, // the refused HELLOs set no name
 		{cmd("CONFIG", "GET", "requirepass"), `["requirepass" "********"]`},
 	})
 }
@@ -133,7 +136,8 @@ func TestProtocolLimits(t *testing.T) {
 	}{
 		{"600 MB bulk length", []byte("*2\r\n$4\r\nECHO\r\n$629145600\r\nxxxx"), "-ERR Protocol error: invalid bulk length (at most 1048576 bytes, --max-bulk-len)"},
 		{"100000 arguments", []byte("*100000\r\n$4\r\nPING\r\n"), "-ERR Protocol error: invalid multibulk length (at most 1024 arguments, --max-args)"},
-		{"negative bulk", []byte("*1\r\n$-5\r\n"), "-ERR Protocol error: invalid bulk length (at most 1048576 bytes, --max-bulk-len)"},
+		{"negative bulk", []byte("*1\r\n$-5\r\n"), "-ERR Protocol error: invalid bulk length"},
+		{"negative count", []byte("*-1\r\n"), "-ERR Protocol error: invalid multibulk length"},
 		{"letters in a length", []byte("*1\r\n$abc\r\n"), "-ERR Protocol error: invalid bulk length"},
 		{"missing dollar", []byte("*1\r\n:5\r\n"), "-ERR Protocol error: expected '$', got ':'"},
 		{"inline over 64 KiB", append(bytes.Repeat([]byte("a"), 70000), '\n'), "-ERR Protocol error: too big inline request"},

@@ -131,7 +131,11 @@ func (g *guardConn) scan(b []byte) int {
 				g.fail = "invalid multibulk length"
 				return i
 			}
-			if g.neg || g.num > int64(max.MaxArgs) {
+			if g.neg {
+				g.fail = "invalid multibulk length"
+				return i
+			}
+			if g.num > int64(max.MaxArgs) {
 				g.fail = "invalid multibulk length (at most " + strconv.Itoa(max.MaxArgs) + " arguments, --max-args)"
 				return i
 			}
@@ -151,7 +155,11 @@ func (g *guardConn) scan(b []byte) int {
 				g.fail = "invalid bulk length"
 				return i
 			}
-			if g.neg || g.num > int64(max.MaxBulkLen) {
+			if g.neg {
+				g.fail = "invalid bulk length"
+				return i
+			}
+			if g.num > int64(max.MaxBulkLen) {
 				g.fail = "invalid bulk length (at most " + strconv.Itoa(max.MaxBulkLen) + " bytes, --max-bulk-len)"
 				return i
 			}

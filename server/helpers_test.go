@@ -35,6 +35,9 @@ func startNodeHook(t *testing.T, mutate func(*Config), hook func(*raftfsm.Option
 		t.Fatal(err)
 	}
 	clk := &clock{}
+	// Fixed from the start: a sweep that began on another clock could
+	// forget buckets made later on this one.
+	clk.ns.Store(t0)
 	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Now: clk.Now, Raft: func(o *raftfsm.Options) {
 		raftfsm.FastTiming(o)
 		o.LogOutput = io.Discard
@@ -70,7 +73,7 @@ func script(t *testing.T, c *resptest.Client, steps []exchange) {
 
 func cmd(args ...string) []string { return args }
 
-// clock is the test servers' time source: real time until a test fixes it.
+// clock is the test servers' time source: a fixed timeline from t0.
 type clock struct{ ns atomic.Int64 }
 
 var clocks sync.Map // *Server → *clock
@@ -78,15 +81,10 @@ var clocks sync.Map // *Server → *clock
 // t0 is midnight UTC, a multiple of every window in the tests.
 const t0 = int64(19676*86400) * int64(time.Second)
 
-func (c *clock) Now() int64 {
-	if v := c.ns.Load(); v != 0 {
-		return v
-	}
-	return time.Now().UnixNano()
-}
+func (c *clock) Now() int64 { return c.ns.Load() }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// fixClock makes s answer on a fixed timeline starting at t0.
+// fixClock returns s's clock, set back to t0.
 func fixClock(s *Server) *clock {
 	v, _ := clocks.Load(s)
 	c := v.(*clock)

@@ -39,6 +39,8 @@ func TestAcquireInline(t *testing.T) {
 		{cmd("RL.PEEK", "never-seen"), "-NOBUDGET no budget node on path 'never-seen' and no bucket for that key; give RATE … to name an inline limit"},
 		{cmd("RL.PEEK", "never-seen", "RATE", "5"), `[1 4 5 0 200 "never-seen"]`},
 		{cmd("RL.ACQUIRE", "tenant/a"), "-NOBUDGET no budget node on path 'tenant/a'"},
+		{cmd("RL.RESET", "k", "KEY", "u"), "-NOBUDGET no budget node on path 'k'; KEY applies to budget paths only"},
+		{cmd("RL.PEEK", "k", "KEY", "u"), "-NOBUDGET no budget node on path 'k'; KEY applies to budget paths only"},
 	})
 }
 
