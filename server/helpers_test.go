@@ -81,7 +81,7 @@ var clocks sync.Map // *Server → *clock
 // t0 is midnight UTC, a multiple of every window in the tests.
 const t0 = int64(19676*86400) * int64(time.Second)
 
-func (c *clock) Now() int64 { return c.ns.Load() }
+func (c *clock) Now() int64              { return c.ns.Load() }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // fixClock returns s's clock, set back to t0.
