@@ -8,13 +8,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/sluice-rl/sluice/server"
 )
@@ -26,6 +30,9 @@ func main() {
 func run(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "hash-password" {
 		return hashPassword(stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && (args[0] == "version" || args[0] == "--version") {
 		fmt.Fprintln(stdout, "sluice", server.Version)
@@ -104,5 +111,45 @@ func hashPassword(stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	sum := sha256.Sum256([]byte(pw))
 	fmt.Fprintln(stdout, hex.EncodeToString(sum[:]))
+	return 0
+}
+
+// healthcheck asks a running node's /healthz (or /readyz with --ready) and
+// exits 0 if it answers 200: for container HEALTHCHECKs, where the image
+// has no curl. The address comes from --http-addr, SLUICE_HTTP_ADDR or the
+// default.
+func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sluice healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("http-addr", "", "HTTP address of the node (default $SLUICE_HTTP_ADDR or 127.0.0.1:9380)")
+	ready := fs.Bool("ready", false, "check /readyz (leader known, log applied) instead of /healthz")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	a := *addr
+	if a == "" {
+		a = getenv("SLUICE_HTTP_ADDR")
+	}
+	if a == "" {
+		a = "127.0.0.1:9380"
+	}
+	if host, port, err := net.SplitHostPort(a); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+		a = net.JoinHostPort("127.0.0.1", port)
+	}
+	path := "/healthz"
+	if *ready {
+		path = "/readyz"
+	}
+	c := http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get("http://" + a + path)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice healthcheck:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	fmt.Fprintln(stdout, path, resp.Status)
+	if resp.StatusCode != http.StatusOK {
+		return 1
+	}
 	return 0
 }
