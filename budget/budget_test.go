@@ -442,3 +442,59 @@ func BenchmarkAcquireDepth4(b *testing.B) {
 		ch.Tree.Acquire(s, t0+int64(i)*1000, &c, &sc)
 	}
 }
+
+// bigTree returns a tree of system, 100 partners and 99 tenants each
+// (with user-scoped tenants, 9,900 of them), all enforcing: 10,001 nodes.
+func bigTree(tb testing.TB) map[string]Config {
+	tb.Helper()
+	nodes := map[string]Config{}
+	add := func(p, js string) {
+		c, err := ParseJSON([]byte(js))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		nodes[p] = c
+	}
+	add("system", `{"sharing":"enforce","sustained":{"rate":100000000,"window":"second"}}`)
+	for i := 0; i < 100; i++ {
+		partner := fmt.Sprintf("system/p%d", i)
+		add(partner, `{"sharing":"enforce","sustained":{"rate":1000000,"window":"second"}}`)
+		for j := 0; j < 99; j++ {
+			add(fmt.Sprintf("%s/t%d", partner, j), `{"sharing":"enforce","sustained":{"rate":10000,"window":"second"},"scope":"user"}`)
+		}
+	}
+	if len(nodes) != 10001 {
+		tb.Fatalf("%d nodes", len(nodes))
+	}
+	return nodes
+}
+
+func BenchmarkAcquireDepth4In10kTree(b *testing.B) {
+	ch, err := Empty.Import(bigTree(b), true, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := engine.New(engine.Options{})
+	var sc Scratch
+	// system/p42/t7 is configured; .../api is its implicit child: depth 4,
+	// four buckets (three enforcing aggregates and the user's own).
+	c := Call{Path: []byte("system/p42/t7/api"), Subject: []byte("user-42")}
+	if o, err := ch.Tree.Acquire(s, t0, &c, &sc); err != nil || o.Levels != 4 {
+		b.Fatalf("levels %d, %v", o.Levels, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ch.Tree.Acquire(s, t0+int64(i)*1000, &c, &sc)
+	}
+}
+
+func BenchmarkImport10k(b *testing.B) {
+	nodes := bigTree(b)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Empty.Import(nodes, true, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

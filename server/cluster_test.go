@@ -143,3 +143,40 @@ func TestJoinAfterSnapshotsGetsTheWholeTree(t *testing.T) {
 		t.Fatal("versions differ after snapshot install")
 	}
 }
+
+func TestImportTenThousandNodesIsOneEntry(t *testing.T) {
+	n := startNode(t, nil)
+	var b strings.Builder
+	b.WriteString(`{"budgets":{"system":{"sharing":"enforce","sustained":{"rate":100000000}}`)
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(&b, `,"system/p%d":{"sharing":"enforce","sustained":{"rate":1000000}}`, i)
+		for j := 0; j < 99; j++ {
+			fmt.Fprintf(&b, `,"system/p%d/t%d":{"sharing":"enforce","sustained":{"rate":10000},"scope":"user"}`, i, j)
+		}
+	}
+	b.WriteString("}}")
+	c := resptest.Dial(t, n.Server.RespAddr())
+	raftfsm.WaitFor(t, 5*time.Second, "self registration", func() bool { return len(n.Raft.State().Members) == 1 })
+	before := n.Raft.FSM().Applied()
+	start := time.Now()
+	if got := c.Do("RL.BUDGET", "IMPORT", b.String(), "REPLACE"); got != "+OK" {
+		t.Fatalf("IMPORT: %.200s", got)
+	}
+	t.Logf("imported %d bytes, 10001 nodes, in %v", b.Len(), time.Since(start))
+	if after := n.Raft.FSM().Applied(); after != before+1 {
+		t.Fatalf("IMPORT took %d log entries, want 1", after-before)
+	}
+	if got := n.Raft.State().Tree.Len(); got != 10001 {
+		t.Fatalf("tree has %d nodes", got)
+	}
+	if got := c.Do("RL.ACQUIRE", "system/p42/t7/api", "KEY", "u1"); !strings.HasPrefix(got, "[1 9999 10000 0 ") || !strings.HasSuffix(got, ` "system/p42/t7/api#u1"]`) {
+		t.Fatalf("depth-4 acquire: %s", got)
+	}
+	// A tree that fails validation anywhere is refused whole.
+	if got := c.Do("RL.BUDGET", "IMPORT", `{"budgets":{"ok":{},"bad path":{}}}`); !strings.HasPrefix(got, "-ERR budget path 'bad path'") {
+		t.Fatalf("invalid import: %s", got)
+	}
+	if got := n.Raft.State().Tree.Len(); got != 10001 {
+		t.Fatalf("a refused import changed the tree: %d", got)
+	}
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSettingsPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sluice.conf")
+	os.WriteFile(file, []byte(`# file values
+maxclients 100
+max-key-len 200
+max-args 300
+log-level "warn"
+`), 0o644)
+	env := map[string]string{
+		"SLUICE_CONFIG":      file,
+		"SLUICE_MAX_KEY_LEN": "222",
+		"SLUICE_MAX_ARGS":    "333",
+	}
+	cfg, err := Load([]string{"--max-args", "444"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flag > environment > file > default
+	if cfg.MaxArgs != 444 || cfg.MaxKeyLen != 222 || cfg.MaxClients != 100 || cfg.LogLevel != "warn" || cfg.MaxBulkLen != 33554432 {
+		t.Fatalf("precedence: args %d key %d clients %d level %s bulk %d", cfg.MaxArgs, cfg.MaxKeyLen, cfg.MaxClients, cfg.LogLevel, cfg.MaxBulkLen)
+	}
+	// --config given as a flag wins over SLUICE_CONFIG.
+	other := filepath.Join(t.TempDir(), "other.conf")
+	os.WriteFile(other, []byte("maxclients 7\n"), 0o644)
+	cfg, err = Load([]string{"--config", other}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || cfg.MaxClients != 7 || cfg.ConfigFile != other {
+		t.Fatalf("--config flag: %v %d", err, cfg.MaxClients)
+	}
+}
+
+func TestInvalidSettingsNameTheSetting(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		env  map[string]string
+		file string
+		want string
+	}{
+		{args: []string{"--maxclients", "0"}, want: "--maxclients: must be between 1 and 1000000, got 0"},
+		{args: []string{"--raft-addr", "0.0.0.0:7380"}, want: "--raft-addr: must be an address other nodes can reach, not \"0.0.0.0:7380\""},
+		{args: []string{"--resp-addr", "nonsense"}, want: "--resp-addr: must be host:port, got \"nonsense\""},
+		{args: []string{"--log-format", "xml"}, want: "--log-format: must be text or json, got \"xml\""},
+		{args: []string{"--sync-interval", "1h"}, want: "--sync-interval: must be between 10ms and 1m, got 1h0m0s"},
+		{args: []string{"--bootstrap-peers", "a=1.2.3.4:1", "--join", "1.2.3.4:6380"}, want: "--join: cannot be combined with --bootstrap-peers"},
+		{args: []string{"--bootstrap-peers", "a=1.2.3.4:1"}, want: "--bootstrap-peers: each peer must be id=raftaddr=respaddr"},
+		{args: []string{"--tls-cert", "x.pem"}, want: "--tls-cert: and --tls-key must be given together"},
+		{env: map[string]string{"SLUICE_MAX_BUCKETS": "10"}, want: "--max-buckets: must be between 1000 and 4294967296, got 10"},
+		{env: map[string]string{"SLUICE_MAXCLIENTS": "many"}, want: "SLUICE_MAXCLIENTS: parse error"},
+		{file: "maxclients lots\n", want: "config file " + filepath.Join(dir, "bad.conf") + ": maxclients: parse error"},
+		{file: "colour blue\n", want: "unknown setting \"colour\""},
+	}
+	for _, c := range cases {
+		args := c.args
+		if c.file != "" {
+			p := filepath.Join(dir, "bad.conf")
+			os.WriteFile(p, []byte(c.file), 0o644)
+			args = append(args, "--config", p)
+		}
+		cfg, err := Load(args, func(k string) string { return c.env[k] }, io.Discard)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v %q:\n got %v\nwant …%s…", c.args, c.env, c.file, err, c.want)
+		}
+	}
+}
+
+func TestConfigGetShowsEffectiveSettings(t *testing.T) {
+	cfg, _ := Load([]string{"--requirepass", "pw", "--maxclients", "77"}, func(string) string { return "" }, io.Discard)
+	got := map[string]string{}
+	for _, kv := range cfg.Settings() {
+		got[kv[0]] = kv[1]
+	}
+	if got["maxclients"] != "77" || got["requirepass"] != "********" || got["sync-interval"] != (100*time.Millisecond).String() {
+		t.Fatalf("settings %v", got)
+	}
+	if len(got) != len(SettingNames()) {
+		t.Fatalf("%d settings shown, %d exist", len(got), len(SettingNames()))
+	}
+}

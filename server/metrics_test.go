@@ -1,0 +1,142 @@
+package server
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// scrape returns the sample values of /metrics keyed by "name{labels}".
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("bad sample %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestMetricsCountWhatHappened(t *testing.T) {
+	n := startNode(t, nil)
+	s := n.Server
+	fixClock(s)
+	c := resptest.Dial(t, s.RespAddr())
+	c.Do("RL.BUDGET", "SET", "acme/api", "RATE", "30", "PER", "minute")
+	for i := 0; i < 50; i++ {
+		c.Do("RL.ACQUIRE", "inline:k", "RATE", "1", "PER", "hour", "BURST", "20", "COST", "2")
+	}
+	for i := 0; i < 40; i++ {
+		c.Do("RL.ACQUIRE", "acme/api")
+	}
+	for i := 0; i < 5; i++ {
+		c.Do("CL.THROTTLE", "cell", "2", "1", "60")
+	}
+	c.Do("RL.ACQUIRE", "x", "RATE", "0") // an error: not an acquire
+	m := scrape(t, s.HTTPAddr())
+	want := map[string]float64{
+		`sluice_commands_total{cmd="rl.acquire"}`:                   91,
+		`sluice_commands_total{cmd="cl.throttle"}`:                  5,
+		`sluice_commands_total{cmd="rl.budget"}`:                    1,
+		`sluice_command_duration_seconds_count{cmd="rl.acquire"}`:   91,
+		`sluice_acquire_total{budget="inline",result="allowed"}`:    10 + 3,
+		`sluice_acquire_total{budget="inline",result="denied"}`:     40 + 2,
+		`sluice_acquire_total{budget="acme",result="allowed"}`:      30,
+		`sluice_acquire_total{budget="acme",result="denied"}`:       10,
+		`sluice_tokens_consumed_total{budget="inline"}`:             20 + 3,
+		`sluice_tokens_consumed_total{budget="acme"}`:               30,
+		`sluice_buckets`:                                            3,
+		`sluice_connected_clients`:                                  1,
+		`sluice_raft_state`:                                         2,
+		`sluice_raft_leader`:                                        1,
+		`sluice_sync_lag_seconds`:                                   -1,
+		`sluice_raft_apply_duration_seconds_count`:                  m[`sluice_raft_apply_duration_seconds_count`], // present
+		`sluice_raft_commit_index`:                                  m[`sluice_raft_applied_index`],
+	}
+	for k, v := range want {
+		got, ok := m[k]
+		if !ok || got != v {
+			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
+		}
+	}
+	for _, name := range []string{"sluice_raft_term", "sluice_raft_applied_index", "go_goroutines", "process_resident_memory_bytes", "sluice_waiting_clients"} {
+		if _, ok := m[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	if m[`sluice_raft_apply_duration_seconds_count`] < 1 {
+		t.Error("no raft apply observed")
+	}
+	// INFO reads the same figures.
+	info := c.Do("INFO", "stats")
+	if !strings.Contains(info, "acquire_allowed:43") || !strings.Contains(info, "acquire_denied:52") {
+		t.Errorf("INFO stats: %s", info)
+	}
+}
+
+func TestReadyzWaitsForALeader(t *testing.T) {
+	cfg, _ := Load(nil, func(string) string { return "" }, io.Discard)
+	cfg.RespAddr, cfg.HTTPAddr, cfg.RaftAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
+	cfg.Join = "127.0.0.1:1" // nobody there: this node never learns a leader
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Raft: func(o *raftfsm.Options) {
+		raftfsm.FastTiming(o)
+		o.LogOutput = io.Discard
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	status := func(n *Node, path string) int {
+		resp, err := http.Get("http://" + n.Server.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// This node can never elect itself (it waits to join), so the answer
+	// must be 503 whenever we ask.
+	if got := status(n, "/readyz"); got != 503 {
+		t.Fatalf("/readyz without a leader: %d", got)
+	}
+	if got := status(n, "/healthz"); got != 200 {
+		t.Fatalf("/healthz: %d", got)
+	}
+	// Without a leader, RL.ACQUIRE still answers; writes say TRYAGAIN.
+	c := resptest.Dial(t, n.Server.RespAddr())
+	if got := c.Do("RL.ACQUIRE", "k", "RATE", "5"); !strings.HasPrefix(got, "[1 4 5 0") {
+		t.Fatalf("acquire without a leader: %s", got)
+	}
+	if got := c.Do("RL.BUDGET", "SET", "a", "RATE", "5"); got != "-TRYAGAIN no leader" {
+		t.Fatalf("write without a leader: %s", got)
+	}
+	single := startNode(t, nil)
+	if got := status(single, "/readyz"); got != 200 {
+		t.Fatalf("/readyz with a leader: %d", got)
+	}
+}
