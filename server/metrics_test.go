@@ -57,23 +57,23 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	c.Do("RL.ACQUIRE", "x", "RATE", "0") // an error: not an acquire
 	m := scrape(t, s.HTTPAddr())
 	want := map[string]float64{
-		`sluice_commands_total{cmd="rl.acquire"}`:                   91,
-		`sluice_commands_total{cmd="cl.throttle"}`:                  5,
-		`sluice_commands_total{cmd="rl.budget"}`:                    1,
-		`sluice_command_duration_seconds_count{cmd="rl.acquire"}`:   91,
-		`sluice_acquire_total{budget="inline",result="allowed"}`:    10 + 3,
-		`sluice_acquire_total{budget="inline",result="denied"}`:     40 + 2,
-		`sluice_acquire_total{budget="acme",result="allowed"}`:      30,
-		`sluice_acquire_total{budget="acme",result="denied"}`:       10,
-		`sluice_tokens_consumed_total{budget="inline"}`:             20 + 3,
-		`sluice_tokens_consumed_total{budget="acme"}`:               30,
-		`sluice_buckets`:                                            3,
-		`sluice_connected_clients`:                                  1,
-		`sluice_raft_state`:                                         2,
-		`sluice_raft_leader`:                                        1,
-		`sluice_sync_lag_seconds`:                                   -1,
-		`sluice_raft_apply_duration_seconds_count`:                  m[`sluice_raft_apply_duration_seconds_count`], // present
-		`sluice_raft_commit_index`:                                  m[`sluice_raft_applied_index`],
+		`sluice_commands_total{cmd="rl.acquire"}`:                 91,
+		`sluice_commands_total{cmd="cl.throttle"}`:                5,
+		`sluice_commands_total{cmd="rl.budget"}`:                  1,
+		`sluice_command_duration_seconds_count{cmd="rl.acquire"}`: 91,
+		`sluice_acquire_total{budget="inline",result="allowed"}`:  10 + 3,
+		`sluice_acquire_total{budget="inline",result="denied"}`:   40 + 2,
+		`sluice_acquire_total{budget="acme",result="allowed"}`:    30,
+		`sluice_acquire_total{budget="acme",result="denied"}`:     10,
+		`sluice_tokens_consumed_total{budget="inline"}`:           20 + 3,
+		`sluice_tokens_consumed_total{budget="acme"}`:             30,
+		`sluice_buckets`:                           3,
+		`sluice_connected_clients`:                 1,
+		`sluice_raft_state`:                        2,
+		`sluice_raft_leader`:                       1,
+		`sluice_sync_lag_seconds`:                  -1,
+		`sluice_raft_apply_duration_seconds_count`: m[`sluice_raft_apply_duration_seconds_count`], // present
+		`sluice_raft_commit_index`:                 m[`sluice_raft_applied_index`],
 	}
 	for k, v := range want {
 		got, ok := m[k]
