@@ -150,7 +150,7 @@ func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 	tree := ctx.Env.Cluster.State().Tree
 	call := budget.Call{Path: la.target, Subject: la.subject, Cost: la.cost, HasCost: la.hasCost,
 		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek}
-	now := ctx.Env.Now()
+	now := ctx.Now()
 	out, err := tree.Acquire(ctx.Env.Store, now, &call, &ctx.S.scratch)
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
@@ -161,11 +161,11 @@ func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 		if ctx.hold(r.Wait) {
 			// Describe the levels as they are now, when the reply goes out.
 			peek := budget.Call{Path: call.Path, Subject: call.Subject, HasCost: true, HasWait: true, DryRun: true}
-			if cur, err := tree.Acquire(ctx.Env.Store, ctx.Env.Now(), &peek, &ctx.S.scratch); err == nil {
+			if cur, err := tree.Acquire(ctx.Env.Store, ctx.Env.Clock(), &peek, &ctx.S.scratch); err == nil {
 				r.Remaining, r.ResetAfter = cur.Result.Remaining, cur.Result.ResetAfter
 			}
 		} else {
-			later := ctx.Env.Now()
+			later := ctx.Env.Clock()
 			back, _ := tree.Refund(ctx.Env.Store, later, &call, out.Cost, &ctx.S.scratch)
 			out.Allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
 			r.Remaining, r.ResetAfter = back.Result.Remaining, back.Result.ResetAfter
@@ -186,7 +186,7 @@ func budgetTarget(ctx *Ctx, path []byte) bool {
 func budgetRefund(ctx *Ctx, la *limitArgs) {
 	tree := ctx.Env.Cluster.State().Tree
 	call := budget.Call{Path: la.target, Subject: la.subject}
-	out, err := tree.Refund(ctx.Env.Store, ctx.Env.Now(), &call, la.cost, &ctx.S.scratch)
+	out, err := tree.Refund(ctx.Env.Store, ctx.Now(), &call, la.cost, &ctx.S.scratch)
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
 		return

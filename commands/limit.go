@@ -209,7 +209,7 @@ func acquireCmd(ctx *Ctx) {
 	if la.hasCost {
 		cost = la.cost
 	}
-	now := ctx.Env.Now()
+	now := ctx.Now()
 	req := engine.Request{Key: la.target, Limit: &lim, Cost: cost}
 	r := ctx.Env.Store.Acquire(now, req, la.waitMs*int64(time.Millisecond), la.dryRun)
 	allowed := 0
@@ -219,12 +219,12 @@ func acquireCmd(ctx *Ctx) {
 	if r.Allowed && r.Wait > 0 && !la.dryRun {
 		if ctx.hold(r.Wait) {
 			// Describe the bucket as it is now, when the reply goes out.
-			now := ctx.Env.Now()
+			now := ctx.Env.Clock()
 			cur := ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: &lim}, 0, true)
 			r.Remaining, r.ResetAfter = cur.Remaining, cur.ResetAfter
 		} else {
 			// Stopping: give the reserved tokens back rather than admit early.
-			later := ctx.Env.Now()
+			later := ctx.Env.Clock()
 			back, _ := ctx.Env.Store.Refund(later, engine.SpaceInline, la.target, &lim, cost)
 			allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
 			r.Remaining, r.ResetAfter = back.Remaining, back.ResetAfter
@@ -257,7 +257,7 @@ func peekCmd(ctx *Ctx) {
 	if la.hasCost {
 		cost = la.cost
 	}
-	r := ctx.Env.Store.Acquire(ctx.Env.Now(), engine.Request{Key: la.target, Limit: &lim, Cost: cost}, 0, true)
+	r := ctx.Env.Store.Acquire(ctx.Now(), engine.Request{Key: la.target, Limit: &lim, Cost: cost}, 0, true)
 	allowed := 0
 	if r.Allowed {
 		allowed = 1
@@ -310,7 +310,7 @@ func refundCmd(ctx *Ctx) {
 	if !ok {
 		return
 	}
-	r, _ := ctx.Env.Store.Refund(ctx.Env.Now(), engine.SpaceInline, la.target, &lim, la.cost)
+	r, _ := ctx.Env.Store.Refund(ctx.Now(), engine.SpaceInline, la.target, &lim, la.cost)
 	writeResult(ctx, 1, &r, la.target)
 }
 
@@ -425,7 +425,7 @@ func throttleCmd(ctx *Ctx) {
 		ctx.Conn.WriteError("Cell error: quantity must be an integer between 0 and " + strconv.FormatInt(engine.MaxCost, 10))
 		return
 	}
-	r := ctx.Env.Store.Acquire(ctx.Env.Now(), engine.Request{Key: a[1], Limit: &lim, Cost: qty}, 0, false)
+	r := ctx.Env.Store.Acquire(ctx.Now(), engine.Request{Key: a[1], Limit: &lim, Cost: qty}, 0, false)
 	limited, retry := 1, int64(-1)
 	if r.Allowed {
 		limited = 0

@@ -50,6 +50,26 @@ type Ctx struct {
 	S    *Session
 	Env  *Env
 	Cmd  *Command
+	now  int64 // wall clock when the command started
+}
+
+// Now returns the time the command is decided at: the clock Env.Now when
+// one is set (tests fix it), else the command's start time, so that the
+// hot path reads the clock once.
+func (ctx *Ctx) Now() int64 {
+	if ctx.Env.Now != nil {
+		return ctx.Env.Now()
+	}
+	return ctx.now
+}
+
+// Clock returns the current time in Unix ns: Env.Now if set, else the
+// wall clock.
+func (env *Env) Clock() int64 {
+	if env.Now != nil {
+		return env.Now()
+	}
+	return time.Now().UnixNano()
 }
 
 // Registry maps command names to commands.
@@ -122,7 +142,9 @@ func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
 		c.WriteError(e)
 		return
 	}
-	cm.Handler(s.Ctx(c, args, env, cm))
+	ctx := s.Ctx(c, args, env, cm)
+	ctx.now = start.UnixNano()
+	cm.Handler(ctx)
 	env.Metrics.Command(cm, time.Since(start).Seconds())
 	s.Touch(cm, start.UnixNano())
 }

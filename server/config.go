@@ -43,6 +43,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
+	Pprof           bool
 	ConfigFile      string
 }
 
@@ -106,6 +107,7 @@ var settings = []setting{
 	{name: "shutdown-timeout", def: "10s", usage: "how long SIGTERM waits for in-flight replies", bind: dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{name: "log-level", def: "info", usage: "debug, info, warn or error", bind: str(func(c *Config) *string { return &c.LogLevel })},
 	{name: "log-format", def: "text", usage: "text or json", bind: str(func(c *Config) *string { return &c.LogFormat })},
+	{name: "pprof", def: "false", usage: "serve Go's /debug/pprof/ on --http-addr (CPU and heap profiles)", bind: boolean(func(c *Config) *bool { return &c.Pprof })},
 	{name: "config", def: "", usage: "settings file: one 'name value' per line, names as the flags", bind: str(func(c *Config) *string { return &c.ConfigFile })},
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +59,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	store := engine.New(engine.Options{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets})
 	s.env = &commands.Env{
 		Store:     store,
-		Now:       func() int64 { return time.Now().UnixNano() },
 		Clients:   commands.NewClients(),
 		Auth:      commands.NewAuth(cfg.RequirePass, acl),
 		Metrics:   commands.NewMetrics(reg),
@@ -205,7 +205,7 @@ func (s *Server) sweep() {
 			return
 		case <-t.C:
 			st := s.env.Store
-			st.Sweep(s.env.Now(), max(st.Len()/8, 1<<16))
+			st.Sweep(s.env.Clock(), max(st.Len()/8, 1<<16))
 		}
 	}
 }
@@ -275,6 +275,12 @@ func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
 
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	if s.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

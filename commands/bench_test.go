@@ -1,0 +1,51 @@
+package commands
+
+import (
+	"strconv"
+	"testing"
+)
+
+// BenchmarkExecAcquire runs RL.ACQUIRE through the whole command path
+// (lookup, arity, permission, parsing, engine, reply, metrics) into an
+// in-memory connection.
+func BenchmarkExecAcquire(b *testing.B) {
+	env := testEnv(b)
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+	}
+	args := [][]byte{[]byte("RL.ACQUIRE"), nil, []byte("RATE"), []byte("100"), []byte("BURST"), []byte("100")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		args[1] = keys[i&1023]
+		env.Exec(c, s, args)
+		if i&1023 == 0 {
+			c.Reset()
+		}
+	}
+}
+
+func BenchmarkExecBudgetAcquire(b *testing.B) {
+	env := testEnv(b)
+	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce")
+	env.Run("RL.BUDGET", "SET", "system/p", "RATE", "10000000", "SHARING", "enforce")
+	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SHARING", "enforce", "SCOPE", "user")
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	args := [][]byte{[]byte("RL.ACQUIRE"), []byte("system/p/t/api"), []byte("KEY"), []byte("user-1")}
+	env.Exec(c, s, args)
+	if got := string(c.Bytes()); got[:4] != "*6\r\n" {
+		b.Fatalf("reply %q", got)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		env.Exec(c, s, args)
+		if i&1023 == 0 {
+			c.Reset()
+		}
+	}
+}
