@@ -137,7 +137,6 @@ func TestProtocolLimits(t *testing.T) {
 		{"600 MB bulk length", []byte("*2\r\n$4\r\nECHO\r\n$629145600\r\nxxxx"), "-ERR Protocol error: invalid bulk length (at most 1048576 bytes, --max-bulk-len)"},
 		{"100000 arguments", []byte("*100000\r\n$4\r\nPING\r\n"), "-ERR Protocol error: invalid multibulk length (at most 1024 arguments, --max-args)"},
 		{"negative bulk", []byte("*1\r\n$-5\r\n"), "-ERR Protocol error: invalid bulk length"},
-		{"negative count", []byte("*-1\r\n"), "-ERR Protocol error: invalid multibulk length"},
 		{"letters in a length", []byte("*1\r\n$abc\r\n"), "-ERR Protocol error: invalid bulk length"},
 		{"missing dollar", []byte("*1\r\n:5\r\n"), "-ERR Protocol error: expected '$', got ':'"},
 		{"inline over 64 KiB", append(bytes.Repeat([]byte("a"), 70000), '\n'), "-ERR Protocol error: too big inline request"},
@@ -159,11 +158,21 @@ func TestProtocolLimits(t *testing.T) {
 			}
 		})
 	}
-	// Inline commands (telnet style) work within the limit.
+	// Inline commands (telnet style) work within the limit, with Redis's
+	// quoting; empty commands (*0, *-1, blank lines) are ignored as Redis does.
 	c := resptest.Dial(t, s.RespAddr())
-	c.Write([]byte("PING\r\nECHO \"two words\"\r\n"))
-	if a, b := c.Read(), c.Read(); a != "+PONG" || b != `"two words"` {
-		t.Fatalf("inline: %s %s", a, b)
+	c.Write([]byte("PING\r\nECHO \"two words\\x41\\n\" 'it\\'s'\r\n\r\n*0\r\n*-1\r\n"))
+	c.Write(resptest.Encode("ECHO", "after"))
+	if a, b, d := c.Read(), c.Read(), c.Read(); a != "+PONG" || b != "-ERR wrong number of arguments for 'echo' command" || d != `"after"` {
+		t.Fatalf("inline: %s %s %s", a, b, d)
+	}
+	c.Write([]byte("ECHO \"two words\\x41\\n\"\r\nECHO 'it\\'s'\r\n"))
+	if a, b := c.Read(), c.Read(); a != `"two wordsA\n"` || b != `"it's"` {
+		t.Fatalf("inline quoting: %s %s", a, b)
+	}
+	c.Write([]byte("ECHO \"open\r\n"))
+	if got := c.Read(); got != "-ERR Protocol error: unbalanced quotes in request" || !c.Closed(2*time.Second) {
+		t.Fatalf("unbalanced quotes: %s", got)
 	}
 	// The other client kept being served, and nothing changed.
 	if got := bystander.Do("RL.PEEK", "keep", "COST", "0"); got != `[1 4 5 0 3600000 "keep"]` {

@@ -1,7 +1,13 @@
-// Package server runs a sluice node's listeners: RESP through redcon (with
-// per-connection sessions, auth, protected mode and protocol limits), and
-// HTTP for /metrics, /healthz and /readyz. It wires the commands registry to
-// the engine and, in cluster mode, to the Raft node.
+// Package server runs a sluice node's listeners — RESP (sessions, auth,
+// protected mode, protocol limits, pipelines) and HTTP for /metrics,
+// /healthz and /readyz — and wires the command registry to the engine and
+// the Raft node.
+//
+// RESP is read by sluice's own zero-copy parser (resp.go): redcon's server
+// copies every command and allocates its argument slice, which cost more
+// than the limiting itself. Replies are written with redcon's Writer and
+// handlers see each connection as a redcon.Conn, so the command code is
+// plain redcon handler code.
 package server
 
 import (
@@ -9,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/engine"
@@ -37,8 +43,7 @@ type Server struct {
 	env *commands.Env
 	reg *commands.Registry
 
-	resp     *redcon.Server
-	ln       *guardListener
+	ln       *listener
 	http     *http.Server
 	httpLn   net.Listener
 	draining atomic.Bool
@@ -125,9 +130,7 @@ func (s *Server) Listen() error {
 		}
 		ln = tls.NewListener(ln, tc)
 	}
-	s.ln = &guardListener{Listener: ln, srv: s, conns: map[*guardConn]struct{}{}}
-	s.resp = redcon.NewServerNetwork("tcp", s.cfg.RespAddr, s.handle, s.accept, s.closed)
-	s.resp.AcceptError = func(err error) { s.log.Warn("accept", "err", err) }
+	s.ln = &listener{Listener: ln, srv: s, conns: map[*conn]struct{}{}}
 	if s.cfg.HTTPAddr != "" {
 		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
 			ln.Close()
@@ -152,9 +155,7 @@ func (s *Server) Serve() {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.resp.Serve(s.ln); err != nil {
-			s.log.Error("resp server", "err", err)
-		}
+		s.ln.serve()
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -186,7 +187,8 @@ func (s *Server) Shutdown() {
 		return
 	}
 	close(s.shutdown)
-	s.ln.Listener.Close() // Accept now drains, then redcon returns
+	s.ln.Listener.Close()
+	s.ln.drain(s.cfg.ShutdownTimeout)
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.http.Shutdown(ctx)
@@ -220,21 +222,17 @@ func isLoopback(addr string) bool {
 }
 
 // accept admits or refuses a new connection and creates its session.
-func (s *Server) accept(c redcon.Conn) bool {
+func (s *Server) accept(c *conn) bool {
 	m := s.env.Metrics
-	g, _ := c.NetConn().(*guardConn)
 	refuse := func(reason, msg string) bool {
 		m.ConnectionsRejected.WithLabelValues(reason).Inc()
 		c.WriteError(msg)
-		if g != nil {
-			s.ln.closed(g)
-		}
 		return false
 	}
 	if s.draining.Load() {
 		return refuse("shutdown", "ERR server is shutting down")
 	}
-	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !isLoopback(c.RemoteAddr()) {
+	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !isLoopback(c.addr) {
 		return refuse("protected_mode", "DENIED sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted.")
 	}
 	if s.ln.count.Load() > int64(s.cfg.MaxClients) {
@@ -245,32 +243,22 @@ func (s *Server) accept(c redcon.Conn) bool {
 	if s.env.Auth.Required() {
 		role = commands.RoleNone
 	}
-	local := ""
-	if g != nil {
-		local = g.LocalAddr().String()
-	}
-	netConn := c.NetConn()
-	sess := commands.NewSession(s.env.Clients.NextID(), c.RemoteAddr(), local, role, func() { netConn.Close() })
+	nc := c.nc
+	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
 	s.env.Clients.Add(sess)
 	c.SetContext(sess)
 	return true
 }
 
-func (s *Server) closed(c redcon.Conn, err error) {
-	if sess, ok := c.Context().(*commands.Session); ok {
+// closed forgets a finished connection.
+func (s *Server) closed(c *conn, err error) {
+	if sess, ok := c.ctx.(*commands.Session); ok {
 		s.env.Clients.Remove(sess)
 	}
-	if g, ok := c.NetConn().(*guardConn); ok {
-		s.ln.closed(g)
+	if err != nil && !errors.Is(err, errProtocol) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) &&
+		!strings.Contains(err.Error(), "connection reset") {
+		s.log.Debug("connection closed", "addr", c.addr, "err", err)
 	}
-	if err != nil && !errors.Is(err, errGuard) && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "connection reset") {
-		s.log.Debug("connection closed", "addr", c.RemoteAddr(), "err", err)
-	}
-}
-
-// handle runs one command through the registry.
-func (s *Server) handle(c redcon.Conn, cmd redcon.Command) {
-	s.env.Exec(c, c.Context().(*commands.Session), cmd.Args)
 }
 
 func (s *Server) httpHandler() http.Handler {

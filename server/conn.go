@@ -1,0 +1,217 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/commands"
+)
+
+// conn is one client connection. It reads RESP into a buffer it reuses,
+// parses every complete command in place (arguments alias the buffer: no
+// copy, no allocation), runs them in order, and writes all their replies
+// with one write: a pipeline costs one read and one write. Replies go
+// through redcon's Writer, and handlers see the connection as a
+// redcon.Conn.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	wr   *redcon.Writer
+	addr string
+
+	buf  []byte
+	r, w int
+	args [][]byte
+
+	ctx    any
+	closed bool // QUIT or a protocol error: flush, then close
+}
+
+const (
+	initialBuffer = 16 << 10
+	// shrinkAbove: a buffer grown for one large command is dropped after
+	// it, so that an idle connection holds at most this much.
+	shrinkAbove = 1 << 20
+)
+
+var _ redcon.Conn = (*conn)(nil)
+
+// The redcon.Conn methods handlers use.
+func (c *conn) RemoteAddr() string             { return c.addr }
+func (c *conn) Close() error                   { c.closed = true; return nil }
+func (c *conn) WriteError(msg string)          { c.wr.WriteError(msg) }
+func (c *conn) WriteString(str string)         { c.wr.WriteString(str) }
+func (c *conn) WriteBulk(bulk []byte)          { c.wr.WriteBulk(bulk) }
+func (c *conn) WriteBulkString(bulk string)    { c.wr.WriteBulkString(bulk) }
+func (c *conn) WriteInt(num int)               { c.wr.WriteInt(num) }
+func (c *conn) WriteInt64(num int64)           { c.wr.WriteInt64(num) }
+func (c *conn) WriteUint64(num uint64)         { c.wr.WriteUint64(num) }
+func (c *conn) WriteArray(count int)           { c.wr.WriteArray(count) }
+func (c *conn) WriteNull()                     { c.wr.WriteNull() }
+func (c *conn) WriteRaw(data []byte)           { c.wr.WriteRaw(data) }
+func (c *conn) WriteAny(v any)                 { c.wr.WriteAny(v) }
+func (c *conn) Context() any                   { return c.ctx }
+func (c *conn) SetContext(v any)               { c.ctx = v }
+func (c *conn) SetReadBuffer(int)              {}
+func (c *conn) NetConn() net.Conn              { return c.nc }
+func (c *conn) Detach() redcon.DetachedConn    { return nil }
+func (c *conn) PeekPipeline() []redcon.Command { return nil }
+func (c *conn) ReadPipeline() []redcon.Command { return nil }
+
+// flush writes the buffered replies, with a deadline so that a client that
+// stops reading cannot hold the connection for ever.
+func (c *conn) flush() error {
+	c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	return c.wr.Flush()
+}
+
+// fail answers a protocol violation and ends the connection.
+func (c *conn) fail(err error) error {
+	c.wr.WriteError("ERR Protocol error: " + err.Error())
+	c.srv.env.Metrics.ProtocolErrors.Inc()
+	c.flush()
+	return errProtocol
+}
+
+// serve runs the connection until the client leaves, a protocol error,
+// QUIT, CLIENT KILL or shutdown.
+func (c *conn) serve() error {
+	c.buf = make([]byte, initialBuffer)
+	c.args = make([][]byte, 0, 16)
+	sess, _ := c.ctx.(*commands.Session)
+	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
+	for {
+		// Run every complete command in the buffer.
+		for c.r < c.w {
+			args, n, need, err := parseCommand(c.buf[c.r:c.w], c.args, lim)
+			if err != nil {
+				return c.fail(err)
+			}
+			if n == 0 { // incomplete: make room for the rest
+				if need > 2*c.srv.cfg.MaxBulkLen+maxInline {
+					return c.fail(protoError("command too large (at most twice --max-bulk-len)"))
+				}
+				if c.r > 0 {
+					c.w = copy(c.buf, c.buf[c.r:c.w])
+					c.r = 0
+				}
+				if c.w == len(c.buf) || need > len(c.buf) {
+					c.buf = append(c.buf, make([]byte, max(need, 2*len(c.buf))-len(c.buf))...)
+				}
+				break
+			}
+			c.r += n
+			c.args = args[:0]
+			if len(args) > 0 {
+				c.srv.env.Exec(c, sess, args)
+			}
+			if c.closed {
+				c.flush()
+				return nil
+			}
+		}
+		if c.r == c.w {
+			c.r, c.w = 0, 0
+			if len(c.buf) > shrinkAbove {
+				c.buf = make([]byte, initialBuffer)
+			}
+		}
+		// One write for everything this pass answered.
+		if err := c.flush(); err != nil {
+			return err
+		}
+		if c.srv.draining.Load() && c.r == c.w {
+			return nil
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.w += n
+		if err != nil {
+			if n > 0 {
+				continue // answer what arrived with the error first
+			}
+			if c.srv.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+var errProtocol = errors.New("protocol error")
+
+// listener accepts client connections and runs them, tracking them for
+// CLIENT KILL, --maxclients and a graceful drain.
+type listener struct {
+	net.Listener
+	srv *Server
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	live  sync.WaitGroup
+	count atomic.Int64
+}
+
+func (l *listener) serve() {
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if l.srv.draining.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			l.srv.log.Warn("accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		c := &conn{srv: l.srv, nc: nc, wr: redcon.NewWriter(nc), addr: nc.RemoteAddr().String()}
+		l.count.Add(1)
+		if !l.srv.accept(c) {
+			c.flush()
+			nc.Close()
+			l.count.Add(-1)
+			continue
+		}
+		l.mu.Lock()
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		l.live.Add(1)
+		go func() {
+			defer l.live.Done()
+			err := c.serve()
+			nc.Close()
+			l.mu.Lock()
+			delete(l.conns, c)
+			l.mu.Unlock()
+			l.count.Add(-1)
+			l.srv.closed(c, err)
+		}()
+	}
+}
+
+// drain wakes idle readers (their next read returns at once) and waits, up
+// to the shutdown timeout, for every connection to finish its pipeline.
+func (l *listener) drain(timeout time.Duration) {
+	l.mu.Lock()
+	for c := range l.conns {
+		c.nc.SetReadDeadline(time.Now())
+	}
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.live.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		l.srv.log.Warn("shutdown timeout: closing connections with replies in flight", "connections", l.count.Load())
+		l.mu.Lock()
+		for c := range l.conns {
+			c.nc.Close()
+		}
+		l.mu.Unlock()
+		<-done
+	}
+}
