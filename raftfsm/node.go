@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -40,10 +41,9 @@ type Options struct {
 	// Password authenticates RESP calls to peers (join, forwarding).
 	Password string
 	Logger   *slog.Logger
-	// LogOutput and LogJSON shape hashicorp/raft's own log lines.
-	LogOutput io.Writer
-	LogJSON   bool
-	LogLevel  string
+	// LogLevel filters hashicorp/raft's own lines, which go to Logger:
+	// warnings and errors always, info and debug with "debug".
+	LogLevel string
 
 	ApplyTimeout      time.Duration // bound on waiting for a commit; default 5s
 	SnapshotThreshold uint64        // default 8192
@@ -102,19 +102,10 @@ func Open(o Options) (*Node, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if o.LogOutput == nil {
-		o.LogOutput = os.Stderr
-	}
 	if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	level := hclog.LevelFromString(o.LogLevel)
-	if level == hclog.NoLevel {
-		level = hclog.Warn
-	} else if level < hclog.Warn {
-		level = hclog.Warn // raft's info lines are chatty; its warnings matter
-	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: level, Output: o.LogOutput, JSONFormat: o.LogJSON})
+	hl := raftLogger(o.Logger, o.LogLevel)
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
 		client: &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second},
 		fwd:    &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: ForwardPrefix + o.ID, Timeout: 10 * time.Second}}
@@ -205,6 +196,40 @@ func Open(o Options) (*Node, error) {
 	n.log.Info("raft started", "id", o.ID, "raft", o.RaftAddr, "existing_state", existing,
 		"bootstrap_peers", len(o.Peers), "join", o.Join)
 	return n, nil
+}
+
+// raftLogger routes hashicorp/raft's hclog lines into slog, so that every
+// line the process writes has one format (text or JSON). Raft's info lines
+// are chatty; unless level is "debug" only its warnings and errors pass.
+func raftLogger(l *slog.Logger, level string) hclog.Logger {
+	minLevel := hclog.Warn
+	if strings.EqualFold(level, "debug") {
+		minLevel = hclog.Debug
+	}
+	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Level: minLevel, Output: io.Discard})
+	il.RegisterSink(slogSink{l: l, min: minLevel})
+	return il
+}
+
+type slogSink struct {
+	l   *slog.Logger
+	min hclog.Level
+}
+
+func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...any) {
+	if level < s.min || level == hclog.Off {
+		return
+	}
+	lv := slog.LevelInfo
+	switch {
+	case level <= hclog.Debug:
+		lv = slog.LevelDebug
+	case level == hclog.Warn:
+		lv = slog.LevelWarn
+	case level >= hclog.Error:
+		lv = slog.LevelError
+	}
+	s.l.Log(context.Background(), lv, msg, append([]any{"logger", name}, args...)...)
 }
 
 // checkAddress refuses to run a known node id at a new Raft address: the

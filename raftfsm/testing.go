@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"fmt"
-	"io"
 	"testing"
 	"time"
 )
@@ -20,7 +19,7 @@ func FastTiming(o *Options) {
 // loopback with an OS-chosen Raft port, a fresh data dir, fast timing.
 func TestOptions(t testing.TB, i int) Options {
 	o := Options{ID: fmt.Sprintf("n%d", i), RaftAddr: "127.0.0.1:0", RespAddr: fmt.Sprintf("127.0.0.1:%d", 1+i),
-		DataDir: t.TempDir(), LogOutput: io.Discard}
+		DataDir: t.TempDir()}
 	FastTiming(&o)
 	return o
 }

@@ -40,7 +40,6 @@ func startNodeHook(t *testing.T, mutate func(*Config), hook func(*raftfsm.Option
 	clk.ns.Store(t0)
 	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Now: clk.Now, Raft: func(o *raftfsm.Options) {
 		raftfsm.FastTiming(o)
-		o.LogOutput = io.Discard
 		if hook != nil {
 			hook(o)
 		}

@@ -105,7 +105,6 @@ func TestReadyzWaitsForALeader(t *testing.T) {
 	}
 	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Raft: func(o *raftfsm.Options) {
 		raftfsm.FastTiming(o)
-		o.LogOutput = io.Discard
 	}})
 	if err != nil {
 		t.Fatal(err)

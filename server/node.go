@@ -59,7 +59,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	o := raftfsm.Options{
 		ID: cfg.NodeID, RaftAddr: cfg.RaftAddr, RespAddr: advertise, DataDir: filepath.Join(cfg.DataDir, "raft"),
 		Join: cfg.Join, Password: cfg.RequirePass, Logger: log.With("component", "raft"),
-		LogOutput: os.Stderr, LogJSON: cfg.LogFormat == "json", LogLevel: cfg.LogLevel,
+		LogLevel: cfg.LogLevel,
 	}
 	if cfg.BootstrapPeers != "" {
 		peers, _ := ParsePeers(cfg.BootstrapPeers)
