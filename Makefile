@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt bench bench-compare fuzz docker clean
+.PHONY: all build run test test-short race vet fmt bench bench-compare bench-memory fuzz docker clean
 
 all: build
 
@@ -37,6 +37,10 @@ bench:
 # redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
 bench-compare:
 	bash bench/compare.sh
+
+# Bytes per live bucket at 1,000,000 buckets, sluice beside Redis + Lua.
+bench-memory:
+	bash bench/memory.sh
 
 clean:
 	rm -rf bin sluice-data

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -16,6 +17,7 @@ func serverCommands() []*Command {
 		{Name: "DBSIZE", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: dbsizeCmd, Summary: "Number of live buckets.", Syntax: ""},
 		{Name: "TIME", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: timeCmd, Summary: "The server's clock.", Syntax: ""},
 		{Name: "CONFIG", Arity: -2, Flags: FlagAdmin, Handler: configCmd, Summary: "Read the server's settings.", Syntax: "GET pattern [pattern …]"},
+		{Name: "MEMORY", Arity: -2, Flags: FlagAdmin, Handler: memoryCmd, Summary: "Collect garbage and return freed memory to the OS.", Syntax: "PURGE"},
 	}
 }
 
@@ -290,4 +292,16 @@ func systemMemory() uint64 {
 		}
 	}
 	return 0
+}
+
+// memoryCmd is MEMORY PURGE: a full garbage collection that also returns
+// freed memory to the OS, after which INFO memory's used_memory is the live
+// heap (what a bucket costs can be read off it).
+func memoryCmd(ctx *Ctx) {
+	if !eq(ctx.Args[1], "PURGE") || len(ctx.Args) != 2 {
+		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(ctx.Args[1], 64) + "'. Try MEMORY PURGE.")
+		return
+	}
+	debug.FreeOSMemory()
+	ctx.Conn.WriteString(okReply)
 }
