@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // Limits of the flags. maxConns keeps the per-connection latency
@@ -198,26 +200,11 @@ func parseDuration(s string, lo, hi time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-var windowWords = map[string]time.Duration{
-	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
-	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
-}
-
-// parseWindow checks a PER value the way the server reads it: a unit word,
-// a Go duration, or a whole number of days ("7d"), between 1ms and 3650d.
+// parseWindow checks a PER value the way the server reads it, between 1ms
+// and 3650d.
 func parseWindow(s string) (time.Duration, bool) {
-	d, ok := windowWords[strings.ToLower(s)]
-	if !ok {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			n, nerr := strconv.ParseInt(strings.TrimSuffix(s, "d"), 10, 64)
-			if !strings.HasSuffix(s, "d") || nerr != nil || n < 1 || n > 3650 {
-				return 0, false
-			}
-			d = time.Duration(n) * 24 * time.Hour
-		}
-	}
-	return d, d >= time.Millisecond && d <= 3650*24*time.Hour
+	d, ok := engine.ParseWindow([]byte(s))
+	return d, ok && d >= engine.MinWindow && d <= engine.MaxWindow
 }
 
 // targetList is the repeatable -h flag; the first use replaces the default.

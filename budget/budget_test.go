@@ -498,3 +498,17 @@ func BenchmarkImport10k(b *testing.B) {
 		}
 	}
 }
+
+func TestOddWindowsRoundTrip(t *testing.T) {
+	for _, w := range []string{"1500ms", "90m", "36h", "7d", "2w"} {
+		c, err := ParseKeywords(bytesArgs("RATE 3 PER " + w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(c)
+		back, err := ParseJSON(b)
+		if err != nil || back != c {
+			t.Fatalf("%s: %s → %+v %v", w, b, back, err)
+		}
+	}
+}

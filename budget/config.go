@@ -573,83 +573,21 @@ func printable(b []byte) string {
 	return string(out)
 }
 
-// ParseWindow parses a window: second, minute, hour, day, week, or a
-// duration such as 250ms, 5m, 1h30m, 7d.
+// ParseWindow parses a window as engine.ParseWindow does, within 1ms to
+// 3650d, with an error that says what is accepted.
 func ParseWindow(s string) (time.Duration, error) {
-	switch strings.ToLower(s) {
-	case "second", "seconds", "sec":
-		return time.Second, nil
-	case "minute", "minutes", "min":
-		return time.Minute, nil
-	case "hour", "hours":
-		return time.Hour, nil
-	case "day", "days":
-		return 24 * time.Hour, nil
-	case "week", "weeks":
-		return 7 * 24 * time.Hour, nil
+	d, ok := engine.ParseWindow([]byte(s))
+	if !ok {
+		return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
 	}
-	var total time.Duration
-	rest := s
-	for rest != "" {
-		i := 0
-		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-			i++
-		}
-		j := i
-		for j < len(rest) && (rest[j] < '0' || rest[j] > '9') {
-			j++
-		}
-		if i == 0 || j == i || i > 12 {
-			return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
-		}
-		n, _ := strconv.ParseInt(rest[:i], 10, 64)
-		var unit time.Duration
-		switch rest[i:j] {
-		case "ms":
-			unit = time.Millisecond
-		case "s":
-			unit = time.Second
-		case "m":
-			unit = time.Minute
-		case "h":
-			unit = time.Hour
-		case "d":
-			unit = 24 * time.Hour
-		case "w":
-			unit = 7 * 24 * time.Hour
-		default:
-			return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
-		}
-		if n > int64(engine.MaxWindow/unit) {
-			return 0, fmt.Errorf("must be between 1ms and 3650d")
-		}
-		total += time.Duration(n) * unit
-		rest = rest[j:]
-	}
-	if total < engine.MinWindow || total > engine.MaxWindow {
+	if d < engine.MinWindow || d > engine.MaxWindow {
 		return 0, fmt.Errorf("must be between 1ms and 3650d")
 	}
-	return total, nil
+	return d, nil
 }
 
-// FormatWindow writes a window as a word when it is one (second, minute,
-// hour, day), else as a duration with days folded in.
-func FormatWindow(d time.Duration) string {
-	switch d {
-	case time.Second:
-		return "second"
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	}
-	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	}
-	return d.String()
-}
+// FormatWindow is engine.FormatWindow: the form ParseWindow reads back.
+func FormatWindow(d time.Duration) string { return engine.FormatWindow(d) }
 
 // ValidPath checks a budget path: 1 to MaxDepth non-empty segments of
 // printable bytes without spaces or '#', at most MaxPathLen bytes.

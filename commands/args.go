@@ -3,7 +3,6 @@ package commands
 import (
 	"math"
 	"strconv"
-	"time"
 )
 
 // Replies shared by many commands, in Redis's words.
@@ -134,105 +133,4 @@ func intArg(b []byte, name string, lo, hi int64) (int64, string) {
 
 func rangeErr(name string, lo, hi int64) string {
 	return errPrefix + name + " must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)
-}
-
-var unitWords = []struct {
-	word string
-	d    time.Duration
-}{
-	{"second", time.Second}, {"seconds", time.Second}, {"sec", time.Second},
-	{"minute", time.Minute}, {"minutes", time.Minute}, {"min", time.Minute},
-	{"hour", time.Hour}, {"hours", time.Hour},
-	{"day", 24 * time.Hour}, {"days", 24 * time.Hour},
-	{"week", 7 * 24 * time.Hour}, {"weeks", 7 * 24 * time.Hour},
-}
-
-// parseWindow parses a PER unit: a word (second, minute, hour, day, week)
-// or a duration such as 250ms, 5m, 1h30m, 7d. Zero-allocation.
-func parseWindow(b []byte) (time.Duration, bool) {
-	for _, u := range unitWords {
-		if eq(b, u.word) {
-			return u.d, true
-		}
-	}
-	return parseDuration(b)
-}
-
-// parseDuration parses a sequence of <digits><unit> with units ns, us, µs,
-// ms, s, m, h, d, w: Go's duration syntax plus days and weeks, without
-// fractions or signs.
-func parseDuration(b []byte) (time.Duration, bool) {
-	if len(b) == 0 || len(b) > 64 {
-		return 0, false
-	}
-	var total time.Duration
-	for len(b) > 0 {
-		i := 0
-		var n int64
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			if n > math.MaxInt64/10 {
-				return 0, false
-			}
-			n = n*10 + int64(b[i]-'0')
-			i++
-		}
-		if i == 0 {
-			return 0, false
-		}
-		b = b[i:]
-		j := 0
-		for j < len(b) && (b[j] < '0' || b[j] > '9') {
-			j++
-		}
-		var unit time.Duration
-		switch string(b[:j]) {
-		case "ns":
-			unit = time.Nanosecond
-		case "us", "µs":
-			unit = time.Microsecond
-		case "ms":
-			unit = time.Millisecond
-		case "s":
-			unit = time.Second
-		case "m":
-			unit = time.Minute
-		case "h":
-			unit = time.Hour
-		case "d":
-			unit = 24 * time.Hour
-		case "w":
-			unit = 7 * 24 * time.Hour
-		default:
-			return 0, false
-		}
-		if n > int64(math.MaxInt64/unit) {
-			return 0, false
-		}
-		d := time.Duration(n) * unit
-		if total > math.MaxInt64-d {
-			return 0, false
-		}
-		total += d
-		b = b[j:]
-	}
-	return total, true
-}
-
-// FormatWindow writes a window the way users wrote it: "second", "minute",
-// "hour", "day" when exact, else a Go duration with days folded in.
-func FormatWindow(d time.Duration) string {
-	switch d {
-	case time.Second:
-		return "second"
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	}
-	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	}
-	return d.String()
 }

@@ -94,7 +94,7 @@ func FuzzParseWindow(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		d, ok := parseWindow([]byte(s))
+		d, ok := engine.ParseWindow([]byte(s))
 		if ok && d < 0 {
 			t.Fatalf("%q parsed to a negative window %v", s, d)
 		}

@@ -77,7 +77,7 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 		case allowed&optLimit != 0 && eq(a, "PER"):
 			if v, e = need(i, "PER"); e == "" {
 				var ok bool
-				if la.per, ok = parseWindow(v); !ok || la.per < engine.MinWindow || la.per > engine.MaxWindow {
+				if la.per, ok = engine.ParseWindow(v); !ok || la.per < engine.MinWindow || la.per > engine.MaxWindow {
 					e = "ERR PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d"
 				}
 				la.hasPer = true
