@@ -281,6 +281,8 @@ func (js *configJSON) config() (Config, error) {
 		if c.Burst, err = intField(js.Burst.Capacity, "burst.capacity", 1, engine.MaxBurst); err != nil {
 			return c, err
 		}
+	} else if c.HasLimit {
+		c.Burst = c.Rate // the default, filled in so that equal configs compare equal
 	}
 	if b := js.Budget; b != nil {
 		if b.Mode != nil {
