@@ -42,5 +42,20 @@ bench-compare:
 bench-memory:
 	bash bench/memory.sh
 
+# The container image (needs a Docker engine): docker compose up -d then
+# starts a 3-node cluster from docker-compose.yml.
+docker:
+	docker build --build-arg VERSION=$$(git describe --tags --always 2>/dev/null || echo dev) -t sluice:local .
+
+# Every fuzz target for FUZZTIME each (default 30s).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzCommands$$' -fuzztime $(FUZZTIME) ./commands
+	$(GO) test -run '^$$' -fuzz '^FuzzParseWindow$$' -fuzztime $(FUZZTIME) ./commands
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCommand$$' -fuzztime $(FUZZTIME) ./server
+	$(GO) test -run '^$$' -fuzz '^FuzzFSMApply$$' -fuzztime $(FUZZTIME) ./raftfsm
+	$(GO) test -run '^$$' -fuzz '^FuzzBudgetSetJSON$$' -fuzztime $(FUZZTIME) ./raftfsm
+	$(GO) test -run '^$$' -fuzz '^FuzzReplyReader$$' -fuzztime $(FUZZTIME) ./bench
+
 clean:
 	rm -rf bin sluice-data

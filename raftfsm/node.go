@@ -250,32 +250,50 @@ func (n *Node) checkAddress() error {
 }
 
 func newTransport(o Options, hl hclog.Logger) (*raft.NetworkTransport, error) {
-	if o.TLS == nil {
-		// With a nil advertise address the transport advertises what it
-		// bound, which resolves port 0 for tests.
-		return raft.NewTCPTransportWithLogger(o.RaftAddr, nil, 3, 10*time.Second, hl)
+	st := &stream{}
+	var err error
+	if o.TLS != nil {
+		st.Listener, err = tls.Listen("tcp", o.RaftAddr, o.TLS)
+		st.client = o.ClientTLS
+	} else {
+		st.Listener, err = net.Listen("tcp", o.RaftAddr)
 	}
-	ln, err := tls.Listen("tcp", o.RaftAddr, o.TLS)
 	if err != nil {
 		return nil, err
 	}
-	stream := &tlsStream{Listener: ln, advertise: ln.Addr(), client: o.ClientTLS}
+	// Advertise the address as configured (a host name stays a host name,
+	// so a restarted node matches its record), or what was bound for
+	// port 0.
+	st.advertise = advertAddr(o.RaftAddr)
+	if _, port, _ := net.SplitHostPort(o.RaftAddr); port == "0" {
+		st.advertise = st.Listener.Addr()
+	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
 	}), nil
 }
 
-// tlsStream is Raft's stream layer over TLS.
-type tlsStream struct {
+// advertAddr is a Raft address as written, host name or IP.
+type advertAddr string
+
+func (a advertAddr) Network() string { return "tcp" }
+func (a advertAddr) String() string  { return string(a) }
+
+// stream is Raft's stream layer: plain TCP, or TLS when client is set.
+type stream struct {
 	net.Listener
 	advertise net.Addr
 	client    *tls.Config
 }
 
-func (s *tlsStream) Addr() net.Addr { return s.advertise }
+func (s *stream) Addr() net.Addr { return s.advertise }
 
-func (s *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), s.client)
+func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if s.client != nil {
+		return tls.DialWithDialer(d, "tcp", string(addr), s.client)
+	}
+	return d.Dial("tcp", string(addr))
 }
 
 // PeerTLS returns the client and server TLS configurations for traffic

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,27 @@ func TestRestartWithChangedAddressIsRefused(t *testing.T) {
 	o.RaftAddr = "127.0.0.1:0"
 	if _, err := Open(o); err == nil || !strings.Contains(err.Error(), "registered with raft address "+first) {
 		t.Fatalf("changed address: %v", err)
+	}
+}
+
+func TestRestartWithAHostName(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	o := TestOptions(t, 0)
+	o.RaftAddr = "localhost:" + port
+	for i := 0; i < 2; i++ { // the second start must find its own record
+		n, err := Open(o)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		WaitForLeader(t, n)
+		if servers, _ := n.Servers(); string(servers[0].Address) != o.RaftAddr {
+			t.Fatalf("recorded %v", servers)
+		}
+		n.Shutdown()
 	}
 }
