@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -1633,24 +1632,8 @@ func TestConfigFile(t *testing.T) {
 // series exists.
 func startNode(t *testing.T) *server.Node {
 	t.Helper()
-	cfg, err := server.Load(nil, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RespAddr, cfg.HTTPAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.MaxClients = 1
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := server.OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), server.NodeHooks{Raft: func(o *raftfsm.Options) {
-		raftfsm.FastTiming(o)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
-	// Ready once it leads and has recorded itself as a member: that write
+	n := server.StartTestNode(t, server.TestNode{Config: func(c *server.Config) { c.MaxClients = 1 }})
+	// Ready once it has also recorded itself as a member: that write
 	// would otherwise move the commit index under /readyz.
 	raftfsm.WaitFor(t, 10*time.Second, "the node to be ready", func() bool {
 		return len(n.Raft.State().Members) > 0 && n.Raft.Ready()

@@ -2,15 +2,12 @@ package server
 
 import (
 	"bufio"
-	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
 )
 
 // scrape returns the sample values of /metrics keyed by "name{labels}".
@@ -97,19 +94,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 }
 
 func TestReadyzWaitsForALeader(t *testing.T) {
-	cfg, _ := Load(nil, func(string) string { return "" }, io.Discard)
-	cfg.RespAddr, cfg.HTTPAddr, cfg.RaftAddr, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
-	cfg.Join = "127.0.0.1:1" // nobody there: this node never learns a leader
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NodeHooks{Raft: func(o *raftfsm.Options) {
-		raftfsm.FastTiming(o)
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	// Joining nobody: this node never learns a leader.
+	n := StartTestNode(t, TestNode{Config: func(c *Config) { c.Join = "127.0.0.1:1" }})
 	status := func(n *Node, path string) int {
 		resp, err := http.Get("http://" + n.Server.HTTPAddr() + path)
 		if err != nil {
