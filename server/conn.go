@@ -31,6 +31,8 @@ type conn struct {
 
 	ctx    any
 	closed bool // QUIT or a protocol error: flush, then close
+
+	writeDeadline time.Time // when the write deadline was last pushed back
 }
 
 const (
@@ -64,10 +66,18 @@ func (c *conn) Detach() redcon.DetachedConn    { return nil }
 func (c *conn) PeekPipeline() []redcon.Command { return nil }
 func (c *conn) ReadPipeline() []redcon.Command { return nil }
 
-// flush writes the buffered replies, with a deadline so that a client that
-// stops reading cannot hold the connection for ever.
+// writeTimeout bounds how long a client that stops reading can hold its
+// connection with replies it does not take.
+const writeTimeout = 30 * time.Second
+
+// flush writes the buffered replies. The write deadline is pushed back at
+// most every few seconds rather than on every write: setting it costs more
+// than the limiting itself, and a window of 20–30 s serves as well.
 func (c *conn) flush() error {
-	c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if now := time.Now(); now.Sub(c.writeDeadline) > writeTimeout/3 {
+		c.writeDeadline = now
+		c.nc.SetWriteDeadline(now.Add(writeTimeout))
+	}
 	return c.wr.Flush()
 }
 
