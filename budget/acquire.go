@@ -44,8 +44,12 @@ var (
 	}
 )
 
-// NoBudget is the reply for a path with no configured node.
+// NoBudget is the reply for a path with no configured node, or one that
+// is not a budget path at all.
 func NoBudget(path []byte) error {
+	if !checkPath(path) {
+		return ValidPath(string(path))
+	}
 	return &Error{Code: "NOBUDGET", Msg: "no budget node on path '" + printable(path) + "'"}
 }
 

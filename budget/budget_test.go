@@ -512,3 +512,33 @@ func TestOddWindowsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestCallPathsCannotReachOtherBuckets(t *testing.T) {
+	tr := buildTree(t, map[string]string{
+		"web2":   `{"sharing":"inherit","sustained":{"rate":100,"window":"minute"}}`,
+		"web2/x": `{"sustained":{"rate":5,"window":"minute"},"scope":"user"}`,
+	})
+	s := engine.New(engine.Options{})
+	var sc Scratch
+	for _, p := range []string{"web2/x#bob", "web2/y\x01", "web2//x", "web2/x/", "a b"} {
+		if _, err := tr.Acquire(s, t0, &Call{Path: []byte(p), Cost: 5, HasCost: true}, &sc); err == nil || !strings.HasPrefix(err.Error(), "ERR budget path") {
+			t.Errorf("%q: %v", p, err)
+		}
+	}
+	if o, _ := tr.Acquire(s, t0, &Call{Path: []byte("web2/x"), Subject: []byte("bob")}, &sc); o.Allowed != 1 || o.Result.Remaining != 4 {
+		t.Fatalf("bob's bucket was touched by a crafted path: %+v", o)
+	}
+}
+
+func TestResetOfAnEnforcingNodeByItsPath(t *testing.T) {
+	tr := buildTree(t, map[string]string{"ent": `{"sharing":"enforce","sustained":{"rate":3,"window":"minute"}}`})
+	s := engine.New(engine.Options{})
+	var sc Scratch
+	repeat(t, tr, s, "ent", "", 3)
+	if ok, err := tr.Reset(s, &Call{Path: []byte("ent")}, &sc); !ok || err != nil {
+		t.Fatalf("reset: %v %v", ok, err)
+	}
+	if n, _ := repeat(t, tr, s, "ent", "", 3); n != 3 {
+		t.Fatalf("after reset %d admitted", n)
+	}
+}

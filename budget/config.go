@@ -384,7 +384,7 @@ func (c *Config) Validate() error {
 		return errf("budget.overcommit_ratio needs budget.mode allocated")
 	}
 	if c.Quota != nil {
-		return errf("quota: calendar quotas are not available in this version of sluice")
+		return errf("quota: calendar quotas are not available in this version")
 	}
 	return nil
 }
@@ -590,6 +590,27 @@ func ParseWindow(s string) (time.Duration, error) {
 
 // FormatWindow is engine.FormatWindow: the form ParseWindow reads back.
 func FormatWindow(d time.Duration) string { return engine.FormatWindow(d) }
+
+// checkPath reports whether p is a well-formed budget path (see
+// ValidPath), without allocating.
+func checkPath(p []byte) bool {
+	if len(p) == 0 || len(p) > MaxPathLen || p[0] == '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	depth := 1
+	for i, c := range p {
+		switch {
+		case c == '/':
+			if p[i-1] == '/' {
+				return false
+			}
+			depth++
+		case c <= ' ' || c == '#' || c == 0x7f:
+			return false
+		}
+	}
+	return depth <= MaxDepth
+}
 
 // ValidPath checks a budget path: 1 to MaxDepth non-empty segments of
 // printable bytes without spaces or '#', at most MaxPathLen bytes.

@@ -107,6 +107,9 @@ func (t *Tree) Paths(prefix string) []string {
 // the deepest configured ancestor's plan for implicit children. ok is false
 // when no node on the path is configured. It does not allocate.
 func (t *Tree) Resolve(path []byte) (p *Plan, implicit bool, ok bool) {
+	if !checkPath(path) {
+		return nil, false, false
+	}
 	if n := t.nodes[string(path)]; n != nil {
 		return &n.exact, false, true
 	}
@@ -255,7 +258,12 @@ func (n *Node) plans() {
 		if c.Scope == Tenant || c.Scope == Global {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
-		if !(own.Key != nil && n.agg != nil && *n.agg == *n.eff) {
+		if own.Key != nil && n.agg != nil && *n.agg == *n.eff {
+			// The node's aggregate is its own bucket too: RL.RESET of the
+			// path resets it.
+			n.exact.Levels = append([]Level(nil), aggs...)
+			n.exact.Levels[len(aggs)-1].Own = true
+		} else {
 			n.exact.Levels = append(append([]Level(nil), aggs...), own)
 		}
 	}

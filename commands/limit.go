@@ -113,7 +113,7 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 			la.dryRun = true
 			i-- // takes no value
 		case allowed&optLimit != 0 && eq(a, "QUOTA"):
-			e = "ERR QUOTA is not supported by this server version; use a budget node's quota"
+			e = "ERR QUOTA is not available in this version"
 		default:
 			e = "ERR syntax error near '" + printable(a, 64) + "'"
 		}

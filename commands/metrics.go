@@ -109,8 +109,7 @@ func (a acquireCounters) count(allowed int, cost int64) {
 		a.allowed.Inc()
 		a.tokens.Add(float64(cost))
 	case 2:
-		a.degraded.Inc()
-		a.tokens.Add(float64(cost))
+		a.degraded.Inc() // let through, nothing consumed
 	default:
 		a.denied.Inc()
 	}

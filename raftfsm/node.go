@@ -38,8 +38,9 @@ type Options struct {
 	// required when it has ClientCAs); ClientTLS dials peers, for Raft and
 	// for RESP. Both nil: plain TCP.
 	TLS, ClientTLS *tls.Config
-	// Password authenticates RESP calls to peers (join, forwarding).
-	Password string
+	// User and Password authenticate RESP calls to peers (join,
+	// forwarding); an empty User means the default user.
+	User, Password string
 	Logger   *slog.Logger
 	// LogLevel filters hashicorp/raft's own lines, which go to Logger:
 	// warnings and errors always, info and debug with "debug".
@@ -107,8 +108,8 @@ func Open(o Options) (*Node, error) {
 	}
 	hl := raftLogger(o.Logger, o.LogLevel)
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
-		client: &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second},
-		fwd:    &respclient.Client{TLS: o.ClientTLS, Password: o.Password, Name: ForwardPrefix + o.ID, Timeout: 10 * time.Second}}
+		client: &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second},
+		fwd:    &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: ForwardPrefix + o.ID, Timeout: 10 * time.Second}}
 	var err error
 	if n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.DataDir, "raft.db")}); err != nil {
 		return nil, fmt.Errorf("raft log store: %w", err)
@@ -134,10 +135,10 @@ func Open(o Options) (*Node, error) {
 	}
 	n.opts.RaftAddr, n.opts.ID = o.RaftAddr, o.ID
 	n.client.Name, n.fwd.Name = "sluice-peer:"+o.ID, ForwardPrefix+o.ID
+	// hashicorp/raft's timing (1 s heartbeat and election timeouts, 500 ms
+	// lease): a loaded machine's pauses do not start needless elections,
+	// and failover takes one to two seconds.
 	cfg := raft.DefaultConfig()
-	// Half of hashicorp/raft's defaults: a lone node elects itself within
-	// a second of starting, and a LAN cluster fails over in about one.
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
 	cfg.LocalID = raft.ServerID(o.ID)
 	cfg.Logger = hl
 	cfg.NotifyCh = n.notify
@@ -467,40 +468,9 @@ func (n *Node) Leave(id string) error {
 // address refreshes its record.
 func (n *Node) register() {
 	defer n.wg.Done()
-	me := Member{ID: n.opts.ID, RespAddr: n.opts.RespAddr, RaftAddr: n.opts.RaftAddr}
 	backoff := 50 * time.Millisecond
 	for {
-		st := n.fsm.State()
-		if n.IsLeader() {
-			for i, p := range append([]Member{me}, n.opts.Peers...) {
-				if i > 0 && (p.ID == me.ID || st.Members[p.ID] != (Member{})) {
-					continue // a peer's own record wins over the bootstrap list
-				}
-				if st.Members[p.ID] != p {
-					if _, err := n.Apply((&Entry{Type: AddMember, Member: &p}).Encode()); err != nil {
-						n.log.Debug("registering member", "id", p.ID, "err", err)
-					}
-				}
-			}
-		} else if st.Members[me.ID] != me {
-			target := ""
-			if _, addr, ok := n.Leader(); ok && addr != "" {
-				target = addr
-			} else if n.opts.Join != "" && len(st.Members) == 0 {
-				target = n.opts.Join
-			}
-			if target != "" {
-				raw, err := n.client.Do(target, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
-					[]byte(me.ID), []byte(me.RaftAddr), []byte(me.RespAddr)})
-				if err == nil && len(raw) > 0 && raw[0] == '-' {
-					err = errors.New(strings.TrimSpace(string(raw[1:])))
-				}
-				if err != nil {
-					n.log.Info("joining", "via", target, "err", err)
-				}
-			}
-		}
-		if st := n.fsm.State(); st.Members[me.ID] == me && (!n.IsLeader() || n.peersRegistered(st)) {
+		if n.registerOnce() {
 			backoff = 2 * time.Second // settled: look again now and then
 		} else {
 			backoff = min(backoff*2, time.Second)
@@ -512,6 +482,52 @@ func (n *Node) register() {
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// registerOnce is one pass of register; it reports whether the member map
+// is settled (this node recorded, and on the leader every voter).
+func (n *Node) registerOnce() bool {
+	me := Member{ID: n.opts.ID, RespAddr: n.opts.RespAddr, RaftAddr: n.opts.RaftAddr}
+	st := n.fsm.State()
+	if n.IsLeader() {
+		voters := map[string]bool{}
+		if servers, err := n.Servers(); err == nil {
+			for _, s := range servers {
+				voters[string(s.ID)] = true
+			}
+		}
+		for i, p := range append([]Member{me}, n.opts.Peers...) {
+			if i > 0 && (p.ID == me.ID || st.Members[p.ID] != (Member{}) || !voters[p.ID]) {
+				// A peer's own record wins over the bootstrap list, and
+				// a peer that left stays gone.
+				continue
+			}
+			if st.Members[p.ID] != p {
+				if _, err := n.Apply((&Entry{Type: AddMember, Member: &p}).Encode()); err != nil {
+					n.log.Debug("registering member", "id", p.ID, "err", err)
+				}
+			}
+		}
+	} else if st.Members[me.ID] != me {
+		target := ""
+		if _, addr, ok := n.Leader(); ok && addr != "" {
+			target = addr
+		} else if n.opts.Join != "" && len(st.Members) == 0 {
+			target = n.opts.Join
+		}
+		if target != "" {
+			raw, err := n.client.Do(target, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
+				[]byte(me.ID), []byte(me.RaftAddr), []byte(me.RespAddr)})
+			if err == nil && len(raw) > 0 && raw[0] == '-' {
+				err = errors.New(strings.TrimSpace(string(raw[1:])))
+			}
+			if err != nil {
+				n.log.Info("joining", "via", target, "err", err)
+			}
+		}
+	}
+	st = n.fsm.State()
+	return st.Members[me.ID] == me && (!n.IsLeader() || n.peersRegistered(st))
 }
 
 // relayNotify drains Raft's leadership notifications, which Raft blocks on,
@@ -532,8 +548,12 @@ func (n *Node) relayNotify() {
 }
 
 func (n *Node) peersRegistered(st *State) bool {
-	for _, p := range n.opts.Peers {
-		if _, ok := st.Members[p.ID]; !ok {
+	servers, err := n.Servers()
+	if err != nil {
+		return false
+	}
+	for _, s := range servers {
+		if _, ok := st.Members[string(s.ID)]; !ok {
 			return false
 		}
 	}
@@ -542,13 +562,22 @@ func (n *Node) peersRegistered(st *State) bool {
 
 // Ready reports whether the node has a leader and has applied everything
 // it knows to be committed.
+//
+// Raft's own applied index counts its no-op and configuration entries,
+// which the state machine never sees, so it is the one compared with the
+// commit index. A commit index of 0 means the node has not heard one from
+// a leader yet (a restarted node whose log is not replayed): not ready.
 func (n *Node) Ready() bool {
 	if addr, _ := n.raft.LeaderWithID(); addr == "" {
 		return false
 	}
 	commit, _ := strconv.ParseUint(n.raft.Stats()["commit_index"], 10, 64)
-	return n.fsm.Applied() >= commit
+	return commit > 0 && n.raft.AppliedIndex() >= commit
 }
+
+// AppliedIndex returns the index of the last log entry Raft has applied
+// (configuration and no-op entries included).
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
 
 // Stats returns hashicorp/raft's figures.
 func (n *Node) Stats() map[string]string { return n.raft.Stats() }

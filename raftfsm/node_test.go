@@ -270,3 +270,43 @@ func TestRestartWithAHostName(t *testing.T) {
 		n.Shutdown()
 	}
 }
+
+func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
+	var opts []Options
+	var peers []Member
+	for i := 0; i < 3; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := TestOptions(t, i)
+		o.RaftAddr = l.Addr().String()
+		l.Close()
+		opts = append(opts, o)
+		peers = append(peers, Member{ID: o.ID, RaftAddr: o.RaftAddr, RespAddr: o.RespAddr})
+	}
+	var nodes []*Node
+	for _, o := range opts {
+		o.Peers = peers
+		nodes = append(nodes, open(t, o))
+	}
+	leader := WaitForLeader(t, nodes...)
+	WaitFor(t, 10*time.Second, "three member records", func() bool { return len(leader.State().Members) == 3 })
+	var gone *Node
+	for _, n := range nodes {
+		if n != leader {
+			gone = n
+			break
+		}
+	}
+	if err := leader.Leave(gone.ID()); err != nil {
+		t.Fatal(err)
+	}
+	gone.Shutdown()
+	// A registration pass of the leader must not bring the record back from
+	// its bootstrap list.
+	leader.registerOnce()
+	if _, ok := leader.State().Members[gone.ID()]; ok {
+		t.Fatalf("%s is back in the member map after leaving", gone.ID())
+	}
+}

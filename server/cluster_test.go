@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,40 @@ func TestImportTenThousandNodesIsOneEntry(t *testing.T) {
 	}
 	if got := n.Raft.State().Tree.Len(); got != 10001 {
 		t.Fatalf("a refused import changed the tree: %d", got)
+	}
+}
+
+func TestReadyAfterJoinsWithoutWrites(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	// No budget write since the joins: readiness must not wait for one.
+	raftfsm.WaitFor(t, 10*time.Second, "every node ready", func() bool {
+		for _, n := range nodes {
+			if !n.Raft.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestPeersAuthenticateWithPeerPassword(t *testing.T) {
+	acl := t.TempDir() + "/users.acl"
+	os.WriteFile(acl, []byte("user ops admin "+strings.Repeat("0", 64)+"\n"), 0o600)
+	cfg := func(join string) func(*Config) {
+		return func(c *Config) { c.ACLFile, c.PeerPassword, c.Join = acl, "peer-secret", join }
+	}
+	first := startNodeHook(t, cfg(""), nil)
+	second := startNodeHook(t, cfg(first.Server.RespAddr()), nil)
+	raftfsm.WaitFor(t, 15*time.Second, "the join", func() bool { return len(second.Raft.State().Members) == 2 })
+	follower := second
+	if second.Raft.IsLeader() {
+		follower = first
+	}
+	c := resptest.Dial(t, follower.Server.RespAddr())
+	if got := c.Do("AUTH", "sluice-peer", "peer-secret"); got != "+OK" {
+		t.Fatal(got)
+	}
+	if got := c.Do("RL.BUDGET", "SET", "p", "RATE", "5"); got != "+OK" {
+		t.Fatalf("forwarded write with only an ACL file and --peer-password: %s", got)
 	}
 }

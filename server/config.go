@@ -28,6 +28,7 @@ type Config struct {
 	Join            string
 	Budgets         string
 	RequirePass     string
+	PeerPassword    string
 	ACLFile         string
 	TLSCert         string
 	TLSKey          string
@@ -92,6 +93,7 @@ var settings = []setting{
 	{name: "join", def: "", usage: "RESP address of any member to join", bind: str(func(c *Config) *string { return &c.Join })},
 	{name: "budgets", def: "", usage: "JSON file (RL.BUDGET EXPORT shape) seeding an empty budget tree", bind: str(func(c *Config) *string { return &c.Budgets })},
 	{name: "requirepass", def: "", secret: true, usage: "password of the default user (admin role)", bind: str(func(c *Config) *string { return &c.RequirePass })},
+	{name: "peer-password", def: "", secret: true, usage: "password nodes present to each other (user sluice-peer, admin) for forwarded writes and joins; default: --requirepass", bind: str(func(c *Config) *string { return &c.PeerPassword })},
 	{name: "acl-file", def: "", usage: "ACL file: lines 'user <name> <limiter|admin> <sha256-hex of password>'", bind: str(func(c *Config) *string { return &c.ACLFile })},
 	{name: "tls-cert", def: "", usage: "TLS certificate (PEM) for client and Raft traffic", bind: str(func(c *Config) *string { return &c.TLSCert })},
 	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},

@@ -61,6 +61,9 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 		Join: cfg.Join, Password: cfg.RequirePass, Logger: log.With("component", "raft"),
 		LogLevel: cfg.LogLevel,
 	}
+	if cfg.PeerPassword != "" {
+		o.User, o.Password = PeerUser, cfg.PeerPassword
+	}
 	if cfg.BootstrapPeers != "" {
 		peers, _ := ParsePeers(cfg.BootstrapPeers)
 		known := false
@@ -161,11 +164,15 @@ func (n *Node) seed(path string) {
 			continue
 		}
 		reply := string(n.Server.env.Run("RL.BUDGET", "IMPORT", string(b), "IFEMPTY"))
-		if strings.HasPrefix(reply, "+OK") {
+		switch {
+		case strings.HasPrefix(reply, "+OK"):
 			n.log.Info("budget tree seeded", "file", path, "reply", strings.TrimSpace(reply[1:]))
 			return
+		case !strings.HasPrefix(reply, "-TRYAGAIN"):
+			n.log.Error("--budgets: not imported", "file", path, "reply", strings.TrimSpace(reply))
+			return
 		}
-		n.log.Warn("seeding budgets", "reply", strings.TrimSpace(reply))
+		n.log.Warn("seeding budgets: will retry", "reply", strings.TrimSpace(reply))
 	}
 }
 
@@ -235,7 +242,7 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(raftStateDesc, prometheus.GaugeValue, state)
 	ch <- prometheus.MustNewConstMetric(raftTermDesc, prometheus.GaugeValue, num("term"))
 	ch <- prometheus.MustNewConstMetric(raftCommitDesc, prometheus.GaugeValue, num("commit_index"))
-	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(c.n.FSM().Applied()))
+	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(c.n.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(raftLeaderDesc, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(raftPeersDesc, prometheus.GaugeValue, num("num_peers"))
 	ch <- prometheus.MustNewConstMetric(syncLagDesc, prometheus.GaugeValue, -1)

@@ -12,6 +12,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.env = &commands.Env{
 		Store:     store,
 		Clients:   commands.NewClients(),
-		Auth:      commands.NewAuth(cfg.RequirePass, acl),
+		Auth:      commands.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
 		Metrics:   commands.NewMetrics(reg),
 		Registry:  reg,
 		Version:   Version,
@@ -100,6 +101,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { _, p := store.Evictions(); return float64(p) }),
 	)
 	return s, nil
+}
+
+// PeerUser is the user nodes authenticate as with --peer-password.
+const PeerUser = "sluice-peer"
+
+// peerUser adds the peer user to the ACL users when --peer-password is set.
+func peerUser(cfg Config, acl []commands.ACLUser) []commands.ACLUser {
+	if cfg.PeerPassword == "" {
+		return acl
+	}
+	return append(acl, commands.ACLUser{Name: PeerUser, Role: commands.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
 }
 
 // Env exposes the shared command environment (for tests and wiring).

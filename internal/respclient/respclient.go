@@ -18,6 +18,7 @@ import (
 // Client dials peers with optional TLS and a password.
 type Client struct {
 	TLS      *tls.Config
+	User     string // empty: the default user
 	Password string
 	// Name is sent with CLIENT SETNAME on every new connection.
 	Name    string
@@ -76,7 +77,10 @@ func (cl *Client) get(addr string) (*conn, error) {
 	}
 	c := &conn{c: nc, r: bufio.NewReader(nc)}
 	hello := [][][]byte{}
-	if cl.Password != "" {
+	switch {
+	case cl.Password != "" && cl.User != "":
+		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(cl.User), []byte(cl.Password)})
+	case cl.Password != "":
 		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(cl.Password)})
 	}
 	if cl.Name != "" {
