@@ -41,7 +41,7 @@ type Options struct {
 	// User and Password authenticate RESP calls to peers (join,
 	// forwarding); an empty User means the default user.
 	User, Password string
-	Logger   *slog.Logger
+	Logger         *slog.Logger
 	// LogLevel filters hashicorp/raft's own lines, which go to Logger:
 	// warnings and errors always, info and debug with "debug".
 	LogLevel string
