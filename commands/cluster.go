@@ -80,9 +80,7 @@ func clusterCmd(ctx *Ctx) {
 			"term", st["term"], "commit_index", st["commit_index"], "applied_index", st["applied_index"],
 			"members", strconv.Itoa(len(cl.State().Members)),
 			"sync_interval_ms", strconv.FormatInt(ctx.Env.SyncInterval.Milliseconds(), 10),
-			// Consumption is not exchanged between nodes yet: each node
-			// limits on its own buckets. -1 says so.
-			"sync_lag_ms", "-1",
+			"sync_lag_ms", strconv.FormatInt(lagMs(ctx.Env.SyncLag()), 10),
 		}
 		ctx.Conn.WriteArray(len(pairs))
 		for _, p := range pairs {
@@ -157,4 +155,28 @@ func adminRole(ctx *Ctx) bool {
 		return false
 	}
 	return true
+}
+
+// SyncLag returns the longest time since a peer's consumption arrived, in
+// ns, or -1 for a node with no peers.
+func (env *Env) SyncLag() int64 {
+	st := env.Cluster.State()
+	var peers []string
+	for id := range st.Members {
+		if id != env.Cluster.ID() {
+			peers = append(peers, id)
+		}
+	}
+	lag := env.Peers.Lag(peers, env.Started.UnixNano(), env.Clock())
+	if lag < 0 {
+		return -1
+	}
+	return lag
+}
+
+func lagMs(ns int64) int64 {
+	if ns < 0 {
+		return -1
+	}
+	return ns / 1e6
 }

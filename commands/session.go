@@ -262,6 +262,8 @@ type Env struct {
 	Cluster Cluster
 	// SyncInterval is --sync-interval, reported by RL.CLUSTER INFO.
 	SyncInterval time.Duration
+	// Peers records the consumption messages of other nodes.
+	Peers Peers
 
 	labels atomic.Pointer[budgetLabels]
 }

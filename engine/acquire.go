@@ -53,14 +53,16 @@ func (s *Store) update(lv *level, r *Request) {
 		e.lim = sh.internLimit(r.Limit)
 	}
 	e.st = lv.out.next
+	s.record(sh, lv.idx, r.Cost)
 }
 
 // create stores an admitted level's new state in a new bucket.
 func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []bool) {
 	sh := &s.shards[lv.h.shard]
 	s.makeRoom(sh, now, keep, kept)
-	sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
+	i := sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
 	s.live.Add(1)
+	s.record(sh, i, r.Cost)
 }
 
 // Acquire charges one bucket: AcquireAll for a single request, without the

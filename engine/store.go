@@ -29,6 +29,7 @@ type Store struct {
 	perShard  int // entries one shard may hold; 0 for the structural maximum
 
 	live            atomic.Int64
+	syncing         atomic.Bool // record consumption for peers (sync.go)
 	evictedFull     atomic.Uint64
 	evictedPressure atomic.Uint64
 	sweepShard      atomic.Uint64
@@ -148,12 +149,17 @@ type shard struct {
 	limIx   map[Limit]uint32
 	limFree []uint32
 	sweep   int
+	// pending is the consumption of each entry since the last Drain, kept
+	// only while the store syncs with peers. A map that is cleared keeps
+	// its memory, so recording allocates nothing once it has grown.
+	pending map[uint32]int64
 	_       [40]byte // keep neighbouring shards' locks off this cache line
 }
 
 func (sh *shard) init() {
 	sh.index = make([]uint32, minIndex)
 	sh.limIx = make(map[Limit]uint32)
+	sh.pending = make(map[uint32]int64)
 }
 
 func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
@@ -262,6 +268,7 @@ func (sh *shard) unlink(pos uint32) {
 	mask := uint32(len(sh.index) - 1)
 	i := sh.index[pos]&0xffffff - 1
 	e := sh.entry(i)
+	delete(sh.pending, i) // the entry's number may go to another key
 	sh.dropLimit(e.lim)
 	sh.live -= int(e.klen)
 	sh.dead += int(e.klen)

@@ -280,3 +280,95 @@ func TestRefundOfAWindowReservationKeepsTheWindowFull(t *testing.T) {
 		t.Fatalf("next window: %+v", r)
 	}
 }
+
+func TestSyncRecordDrainConsume(t *testing.T) {
+	a, b := New(Options{Shards: 4}), New(Options{Shards: 4})
+	a.SetSyncing(true)
+	l := mustLimit(t, TokenBucket, 1, time.Hour, 10)
+	fw := mustLimit(t, FixedWindow, 10, time.Hour, 10)
+	a.Acquire(t0, Request{Key: []byte("k"), Limit: l, Cost: 3}, 0, false)
+	a.Acquire(t0, Request{Key: []byte("k"), Limit: l, Cost: 2}, 0, false)
+	a.Acquire(t0, Request{Key: []byte("k"), Limit: l, Cost: 20}, 0, false) // denied: not recorded
+	a.Acquire(t0, Request{Space: SpaceBudget, Key: []byte("w"), Limit: fw, Cost: 4}, 0, false)
+	a.Acquire(t0, Request{Key: []byte("peek"), Limit: l, Cost: 4}, 0, true) // dry run: not recorded
+	got := map[string]int64{}
+	a.Drain(func(space Space, key []byte, lim *Limit, delta int64) {
+		got[fmt.Sprintf("%d/%s/%v", space, key, lim.Algo)] = delta
+		b.Consume(t0, space, key, lim, delta, 10)
+	})
+	if len(got) != 2 || got["0/k/token_bucket"] != 5 || got["1/w/fixed_window"] != 4 {
+		t.Fatalf("drained %v", got)
+	}
+	if r := b.Acquire(t0, Request{Key: []byte("k"), Limit: l}, 0, true); r.Remaining != 5 {
+		t.Fatalf("peer bucket has %d left, want 5", r.Remaining)
+	}
+	if r := b.Acquire(t0, Request{Space: SpaceBudget, Key: []byte("w"), Limit: fw}, 0, true); r.Remaining != 6 {
+		t.Fatalf("peer window has %d left, want 6", r.Remaining)
+	}
+	// A second drain finds nothing; debt is capped.
+	n := 0
+	a.Drain(func(Space, []byte, *Limit, int64) { n++ })
+	if n != 0 {
+		t.Fatalf("%d deltas after a drain", n)
+	}
+	b.Consume(t0, SpaceInline, []byte("k"), l, 1000, 10)
+	if r := b.Acquire(t0, Request{Key: []byte("k"), Limit: l, Cost: 1}, 0, false); r.Allowed || r.RetryAfter != int64(11*time.Hour) {
+		t.Fatalf("debt beyond the cap: %+v (want 10 tokens of debt: 11h to the next token)", r)
+	}
+	// Off, nothing is recorded.
+	a.SetSyncing(false)
+	a.Acquire(t0, Request{Key: []byte("z"), Limit: l, Cost: 1}, 0, false)
+	a.Drain(func(Space, []byte, *Limit, int64) { n++ })
+	if n != 0 {
+		t.Fatal("recorded while syncing is off")
+	}
+}
+
+func TestSyncMessageRoundTrip(t *testing.T) {
+	l := mustLimit(t, SlidingWindow, 60, time.Minute, 60)
+	cl, _ := NewCellLimit(15, 30, 60)
+	var msg []byte
+	msg = AppendDelta(msg, SpaceInline, []byte("user:1"), l, 7)
+	msg = AppendDelta(msg, SpaceBudget, []byte("acme/api#bob"), &cl, 3)
+	var got []string
+	if err := DecodeDeltas(msg, func(sp Space, key []byte, lim *Limit, d int64) {
+		got = append(got, fmt.Sprintf("%d %s %v %d %d %d %d", sp, key, lim.Algo, lim.Rate, lim.Window, lim.Burst, d))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[0 user:1 sliding_window 60 60000000000 60 7 1 acme/api#bob cell 30 60000000000 16 3]" {
+		t.Fatalf("%v", got)
+	}
+	for _, bad := range [][]byte{msg[:len(msg)-1], {9, 0, 1, 1, 1, 1, 1, 'k'}, {0, 0, 0, 1, 1, 1, 1, 'k'}} {
+		if err := DecodeDeltas(bad, func(Space, []byte, *Limit, int64) {}); err == nil {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+}
+
+// FuzzDecodeDeltas: arbitrary sync messages never panic, and what decodes
+// re-encodes to a message that decodes to the same records.
+func FuzzDecodeDeltas(f *testing.F) {
+	l, _ := NewLimit(TokenBucket, 10, time.Second, 10)
+	f.Add(AppendDelta(nil, SpaceInline, []byte("k"), &l, 3))
+	f.Add([]byte{0, 5, 1, 1, 1, 1, 1, 'x'})
+	records := func(b []byte) ([]string, []byte, error) {
+		var out []string
+		var again []byte
+		err := DecodeDeltas(b, func(sp Space, key []byte, lim *Limit, d int64) {
+			out = append(out, fmt.Sprintf("%d %q %+v %d", sp, key, *lim, d))
+			again = AppendDelta(again, sp, key, lim, d)
+		})
+		return out, again, err
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		first, again, err := records(b)
+		if err != nil {
+			return
+		}
+		second, _, err := records(again)
+		if err != nil || fmt.Sprint(first) != fmt.Sprint(second) {
+			t.Fatalf("%x decodes to %v, its re-encoding to %v (%v)", b, first, second, err)
+		}
+	})
+}

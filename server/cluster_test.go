@@ -216,3 +216,51 @@ func TestPeersAuthenticateWithPeerPassword(t *testing.T) {
 		t.Fatalf("forwarded write with only an ACL file and --peer-password: %s", got)
 	}
 }
+
+// TestConsumptionSyncBoundsTheCluster spreads one client's calls over three
+// nodes. Without sync each node would admit a full burst (30 in all); with
+// it, every node's bucket also carries what the others admitted more than
+// one sync (100 ms plus delivery) ago. With a call every 50 ms round-robin,
+// a node sees a call every 150 ms, by which time the others' consumption
+// has arrived, so the cluster admits the burst (10) plus at most one call
+// per other node that raced a sync: 12. The clocks are frozen, so nothing
+// refills.
+func TestConsumptionSyncBoundsTheCluster(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	raftfsm.WaitFor(t, 10*time.Second, "every node hearing its peers", func() bool {
+		for _, n := range nodes {
+			if lag := n.Server.env.SyncLag(); lag < 0 || lag > int64(time.Second) {
+				return false
+			}
+		}
+		return true
+	})
+	leader := leaderOf(t, nodes...)
+	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "spread", "RATE", "10", "PER", "minute")
+	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
+	}
+	for _, form := range [][]string{
+		{"RL.ACQUIRE", "spread-inline", "RATE", "10", "PER", "minute"},
+		{"RL.ACQUIRE", "spread"},
+	} {
+		admitted := 0
+		tick := time.NewTicker(50 * time.Millisecond)
+		for i := 0; i < 60; i++ {
+			<-tick.C
+			if strings.HasPrefix(conns[i%3].Do(form...), "[1 ") {
+				admitted++
+			}
+		}
+		tick.Stop()
+		if admitted < 10 || admitted > 12 {
+			t.Errorf("%s: the cluster admitted %d of a limit of 10 (bound 12; 30 without sync)", form[1], admitted)
+		}
+	}
+	info := resptest.Dial(t, nodes[1].Server.RespAddr()).Do("RL.CLUSTER", "INFO")
+	if !strings.Contains(info, `"sync_lag_ms"`) || strings.Contains(info, `"sync_lag_ms" "-1"`) {
+		t.Fatalf("INFO: %s", info)
+	}
+}

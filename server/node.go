@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/internal/respclient"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -100,6 +101,10 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	s.SetReady(rn.Ready)
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
 	n := &Node{Server: s, Raft: rn, log: log, failed: make(chan error, 1), stop: make(chan struct{})}
+	s.env.Metrics.Registry.MustRegister(syncLagCollector{n})
+	peerClient := &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
+	y := newSyncer(n, peerClient)
+	go y.run(cfg.SyncInterval)
 	s.Serve()
 	if cfg.Budgets != "" {
 		go n.seed(cfg.Budgets)
@@ -222,11 +227,10 @@ var (
 	raftAppliedDesc = prometheus.NewDesc("sluice_raft_applied_index", "Highest Raft log index applied to the budget tree.", nil, nil)
 	raftLeaderDesc  = prometheus.NewDesc("sluice_raft_leader", "1 if this node knows a leader, else 0.", nil, nil)
 	raftPeersDesc   = prometheus.NewDesc("sluice_raft_peers", "Other voters in the Raft configuration.", nil, nil)
-	syncLagDesc     = prometheus.NewDesc("sluice_sync_lag_seconds", "Age of the newest consumption received from peers; -1 while nodes do not exchange consumption.", nil, nil)
 )
 
 func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{raftStateDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLeaderDesc, raftPeersDesc, syncLagDesc} {
+	for _, d := range []*prometheus.Desc{raftStateDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLeaderDesc, raftPeersDesc} {
 		ch <- d
 	}
 }
@@ -245,5 +249,4 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(c.n.AppliedIndex()))
 	ch <- prometheus.MustNewConstMetric(raftLeaderDesc, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(raftPeersDesc, prometheus.GaugeValue, num("num_peers"))
-	ch <- prometheus.MustNewConstMetric(syncLagDesc, prometheus.GaugeValue, -1)
 }

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"time"
+)
+
+// Consumption sync: every node limits from its own buckets, and tells its
+// peers what it consumed. While syncing is on, each admitted request adds
+// its cost to its bucket's pending delta; Drain hands the deltas over and
+// clears them; a peer applies them with Consume.
+
+// SetSyncing turns the recording of consumption for peers on or off. Off,
+// the hot path records nothing (a single node has no peers).
+func (s *Store) SetSyncing(on bool) {
+	s.syncing.Store(on)
+	if !on {
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			clear(sh.pending)
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// record notes cost consumed from entry i (its shard locked).
+func (s *Store) record(sh *shard, i uint32, cost int64) {
+	if cost > 0 && s.syncing.Load() {
+		sh.pending[i] += cost
+	}
+}
+
+// Drain calls f with every bucket's consumption since the last Drain and
+// clears it. f runs with the bucket's shard locked: it must copy key (which
+// is only valid during the call) and not call back into the store.
+func (s *Store) Drain(f func(space Space, key []byte, lim *Limit, delta int64)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for idx, delta := range sh.pending {
+			e := sh.entry(idx)
+			f(e.space, sh.key(e), &sh.limits[e.lim].lim, delta)
+		}
+		clear(sh.pending)
+		sh.mu.Unlock()
+	}
+}
+
+// Consume charges delta tokens that a peer admitted to key's bucket under
+// lim, without asking whether they fit: the bucket may go into debt, up to
+// maxDebt tokens beyond empty, so that the cluster as a whole converges on
+// the limit. A missing bucket is created. Nothing is recorded for peers.
+func (s *Store) Consume(now int64, space Space, key []byte, lim *Limit, delta, maxDebt int64) {
+	if delta <= 0 {
+		return
+	}
+	h := s.hash(space, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var st state
+	i, exists := sh.find(h, key)
+	if exists {
+		e := sh.entry(i)
+		st = e.st
+		if old := &sh.limits[e.lim].lim; !old.same(lim) {
+			st = rescale(old, lim, st, now)
+			sh.dropLimit(e.lim)
+			e.lim = sh.internLimit(lim)
+		}
+	}
+	st = consumeState(lim, st, exists, now, delta, maxDebt)
+	if exists {
+		sh.entry(i).st = st
+		return
+	}
+	s.makeRoom(sh, now, nil, nil)
+	sh.insert(h, key, sh.internLimit(lim), st)
+	s.live.Add(1)
+}
+
+// consumeState adds delta tokens of consumption to st at now, capped at
+// maxDebt tokens beyond an empty bucket.
+func consumeState(l *Limit, st state, exists bool, now, delta, maxDebt int64) state {
+	most := min(delta, l.Burst+maxDebt)
+	switch l.Algo {
+	case FixedWindow, SlidingWindow:
+		k := floorDiv(now, l.Window)
+		cap := l.Burst + maxDebt
+		if l.Algo == FixedWindow {
+			if !exists || st.a < k {
+				st = state{a: k}
+			}
+			st.b = min(st.b+most, cap)
+			return st
+		}
+		switch {
+		case !exists || st.a < k-1:
+			st = state{a: k}
+		case st.a == k-1:
+			st = state{a: k, b: st.c}
+		}
+		st.c = min(st.c+most, cap)
+		return st
+	}
+	used := usedFP(l, st, exists, now)
+	add := uint64(most) << fpShift
+	limit := uint64(l.Burst+maxDebt) << fpShift
+	if used > math.MaxUint64-add || used+add > limit {
+		used = max(used, limit)
+	} else {
+		used += add
+	}
+	return withUsed(l, used, now)
+}
+
+// AppendDelta appends one bucket's consumption to a sync message: space,
+// algorithm, the limit's rate, window and burst, the delta and the key,
+// integers as varints.
+func AppendDelta(b []byte, space Space, key []byte, lim *Limit, delta int64) []byte {
+	b = append(b, byte(space), byte(lim.Algo))
+	b = binary.AppendUvarint(b, uint64(lim.Rate))
+	b = binary.AppendUvarint(b, uint64(lim.Window))
+	b = binary.AppendUvarint(b, uint64(lim.Burst))
+	b = binary.AppendUvarint(b, uint64(delta))
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	return append(b, key...)
+}
+
+// ErrBadSync is returned for a sync message that does not decode.
+var ErrBadSync = errors.New("engine: malformed sync message")
+
+// DecodeDeltas calls f for every record of a sync message written by
+// AppendDelta. It validates every field (the limit as NewLimit would) and
+// stops at the first malformed record with ErrBadSync; records before it
+// have been delivered.
+func DecodeDeltas(b []byte, f func(space Space, key []byte, lim *Limit, delta int64)) error {
+	for len(b) > 0 {
+		if len(b) < 2 {
+			return ErrBadSync
+		}
+		space, algo := Space(b[0]), Algo(b[1])
+		b = b[2:]
+		var v [5]uint64
+		for i := range v {
+			x, n := binary.Uvarint(b)
+			if n <= 0 || x > math.MaxInt64 {
+				return ErrBadSync
+			}
+			v[i], b = x, b[n:]
+		}
+		rate, window, burst, delta, klen := int64(v[0]), int64(v[1]), int64(v[2]), int64(v[3]), v[4]
+		if space > SpaceBudget || klen == 0 || klen > MaxKeyLen || klen > uint64(len(b)) || delta == 0 || delta > MaxCost {
+			return ErrBadSync
+		}
+		var lim Limit
+		var err error
+		if algo == Cell {
+			if window%int64(time.Second) != 0 {
+				return ErrBadSync
+			}
+			lim, err = NewCellLimit(burst-1, rate, window/int64(time.Second))
+		} else {
+			lim, err = NewLimit(algo, rate, time.Duration(window), burst)
+		}
+		if err != nil {
+			return ErrBadSync
+		}
+		f(space, b[:klen], &lim, delta)
+		b = b[klen:]
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/respclient"
+)
+
+// maxSyncMessage bounds one RL.SYNC payload; more consumption goes out as
+// several messages in the same round.
+const maxSyncMessage = 1 << 20
+
+// syncer sends this node's consumption to every peer each --sync-interval
+// (an empty message too: it tells the peer this node is alive, which is
+// what the sync lag measures). Each peer has a worker with a short queue;
+// a peer that cannot keep up loses messages rather than hold the others.
+type syncer struct {
+	n       *Node
+	client  *respclient.Client
+	workers map[string]chan []byte // peer id → its queue
+	sent    prometheus.Counter
+	dropped prometheus.Counter
+	failed  prometheus.Counter
+}
+
+func newSyncer(n *Node, client *respclient.Client) *syncer {
+	y := &syncer{n: n, client: client, workers: map[string]chan []byte{},
+		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_sent_total", Help: "RL.SYNC messages delivered to peers."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_dropped_total", Help: "RL.SYNC messages dropped because a peer's queue was full."}),
+		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_failed_total", Help: "RL.SYNC messages a peer did not accept (unreachable, refused)."}),
+	}
+	n.Server.env.Metrics.Registry.MustRegister(y.sent, y.dropped, y.failed)
+	return y
+}
+
+func (y *syncer) run(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	store := y.n.Server.env.Store
+	self := y.n.Raft.ID()
+	on := false
+	var buf []byte
+	var msgs [][]byte
+	for {
+		select {
+		case <-y.n.stop:
+			for _, q := range y.workers {
+				close(q)
+			}
+			y.client.Close()
+			return
+		case <-t.C:
+		}
+		members := y.n.Raft.State().Members
+		peers := 0
+		for id, m := range members {
+			if id == self {
+				continue
+			}
+			peers++
+			if y.workers[id] == nil {
+				q := make(chan []byte, 8)
+				y.workers[id] = q
+				go y.work(id, m.RespAddr, q)
+			}
+		}
+		for id, q := range y.workers {
+			if _, ok := members[id]; !ok {
+				close(q)
+				delete(y.workers, id)
+			}
+		}
+		if want := peers > 0; want != on {
+			store.SetSyncing(want)
+			on = want
+		}
+		if !on {
+			continue
+		}
+		buf, msgs = buf[:0], msgs[:0]
+		start := 0
+		store.Drain(func(space engine.Space, key []byte, lim *engine.Limit, delta int64) {
+			buf = engine.AppendDelta(buf, space, key, lim, delta)
+			if len(buf)-start > maxSyncMessage {
+				msgs = append(msgs, buf[start:])
+				start = len(buf)
+			}
+		})
+		if start < len(buf) || len(msgs) == 0 {
+			msgs = append(msgs, buf[start:])
+		}
+		for _, q := range y.workers {
+			for _, m := range msgs {
+				select {
+				case q <- append([]byte(nil), m...):
+				default:
+					y.dropped.Inc()
+				}
+			}
+		}
+	}
+}
+
+// work delivers messages to one peer, in order.
+func (y *syncer) work(id, addr string, q <-chan []byte) {
+	self := []byte(y.n.Raft.ID())
+	for m := range q {
+		if addr == "" {
+			if mem, ok := y.n.Raft.State().Members[id]; ok {
+				addr = mem.RespAddr
+			}
+		}
+		raw, err := y.client.Do(addr, [][]byte{[]byte("RL.SYNC"), self, m})
+		if err == nil && len(raw) > 0 && raw[0] == '-' {
+			err = errString(raw)
+		}
+		if err != nil {
+			y.failed.Inc()
+			y.n.log.Debug("sync", "peer", id, "addr", addr, "err", err)
+			continue
+		}
+		y.sent.Inc()
+	}
+}
+
+type errString []byte
+
+func (e errString) Error() string { return string(e[1 : len(e)-2]) }
+
+// syncLagCollector exports sluice_sync_lag_seconds.
+type syncLagCollector struct{ n *Node }
+
+var syncLagDesc = prometheus.NewDesc("sluice_sync_lag_seconds",
+	"Longest time since a peer's consumption arrived (peers send every --sync-interval); -1 on a node with no peers.", nil, nil)
+
+func (c syncLagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- syncLagDesc }
+
+func (c syncLagCollector) Collect(ch chan<- prometheus.Metric) {
+	v := float64(c.n.Server.env.SyncLag())
+	if v > 0 {
+		v /= 1e9
+	}
+	ch <- prometheus.MustNewConstMetric(syncLagDesc, prometheus.GaugeValue, v)
+}
