@@ -188,21 +188,31 @@ func (ctx *Ctx) hold(ns int64) bool {
 }
 
 func acquireCmd(ctx *Ctx) {
-	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optWait|optDryRun|optSubject)
-	if e != "" {
-		ctx.Conn.WriteError(e)
-		return
+	var la limitArgs
+	var lim engine.Limit
+	if m := &ctx.S.memo; m.matches(ctx.Args[2:]) {
+		la, lim = m.la, m.lim
+		la.target = ctx.Args[1]
+	} else {
+		var e string
+		la, e = parseLimitArgs(ctx.Args, optLimit|optCost|optWait|optDryRun|optSubject)
+		if e != "" {
+			ctx.Conn.WriteError(e)
+			return
+		}
+		if la.hasRate {
+			if lim, e = la.limit(); e != "" {
+				ctx.Conn.WriteError(e)
+				return
+			}
+			m.remember(ctx.Args[2:], &la, lim)
+		}
 	}
 	if !ctx.checkKey(la.target) {
 		return
 	}
 	if !la.hasRate {
 		budgetAcquire(ctx, &la, false)
-		return
-	}
-	lim, e := la.limit()
-	if e != "" {
-		ctx.Conn.WriteError(e)
 		return
 	}
 	cost := int64(1)

@@ -68,6 +68,49 @@ type Session struct {
 
 	ctx     Ctx
 	scratch budget.Scratch
+
+	// The last command name and inline limit this connection sent: clients
+	// repeat them, and recognising the same bytes is cheaper than looking
+	// the name up and parsing and validating the limit again.
+	lastName []byte
+	nameCmd  *Command
+	memo     limitMemo
+}
+
+// limitMemo remembers the parsed options of the last inline RL.ACQUIRE.
+type limitMemo struct {
+	opts []byte // the option arguments, each preceded by its length
+	la   limitArgs
+	lim  engine.Limit
+	ok   bool
+}
+
+// matches reports whether args are the remembered option arguments.
+func (m *limitMemo) matches(args [][]byte) bool {
+	if !m.ok {
+		return false
+	}
+	b := m.opts
+	for _, a := range args {
+		if len(b) < 1 || int(b[0]) != len(a) || len(b) < 1+len(a) || string(b[1:1+len(a)]) != string(a) {
+			return false
+		}
+		b = b[1+len(a):]
+	}
+	return len(b) == 0
+}
+
+// remember stores args (if short enough to be worth it) with their parse.
+func (m *limitMemo) remember(args [][]byte, la *limitArgs, lim engine.Limit) {
+	m.ok = false
+	m.opts = m.opts[:0]
+	for _, a := range args {
+		if len(a) > 255 || len(m.opts) > 512 {
+			return
+		}
+		m.opts = append(append(m.opts, byte(len(a))), a...)
+	}
+	m.la, m.lim, m.ok = *la, lim, true
 }
 
 // Name returns the name the client set with CLIENT SETNAME.
