@@ -327,7 +327,7 @@ func TestSyncRecordDrainConsume(t *testing.T) {
 func TestSyncMessageRoundTrip(t *testing.T) {
 	l := mustLimit(t, SlidingWindow, 60, time.Minute, 60)
 	cl, _ := NewCellLimit(15, 30, 60)
-	var msg []byte
+	msg := []byte{SyncFormat}
 	msg = AppendDelta(msg, SpaceInline, []byte("user:1"), l, 7)
 	msg = AppendDelta(msg, SpaceBudget, []byte("acme/api#bob"), &cl, 3)
 	var got []string
@@ -339,7 +339,7 @@ func TestSyncMessageRoundTrip(t *testing.T) {
 	if fmt.Sprint(got) != "[0 user:1 sliding_window 60 60000000000 60 7 1 acme/api#bob cell 30 60000000000 16 3]" {
 		t.Fatalf("%v", got)
 	}
-	for _, bad := range [][]byte{msg[:len(msg)-1], {9, 0, 1, 1, 1, 1, 1, 'k'}, {0, 0, 0, 1, 1, 1, 1, 'k'}} {
+	for _, bad := range [][]byte{msg[:len(msg)-1], msg[1:], {}, {SyncFormat, 9, 0, 1, 1, 1, 1, 1, 'k'}, {SyncFormat, 0, 0, 0, 1, 1, 1, 1, 'k'}} {
 		if err := DecodeDeltas(bad, func(Space, []byte, *Limit, int64) {}); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
@@ -350,11 +350,11 @@ func TestSyncMessageRoundTrip(t *testing.T) {
 // re-encodes to a message that decodes to the same records.
 func FuzzDecodeDeltas(f *testing.F) {
 	l, _ := NewLimit(TokenBucket, 10, time.Second, 10)
-	f.Add(AppendDelta(nil, SpaceInline, []byte("k"), &l, 3))
-	f.Add([]byte{0, 5, 1, 1, 1, 1, 1, 'x'})
+	f.Add(AppendDelta([]byte{SyncFormat}, SpaceInline, []byte("k"), &l, 3))
+	f.Add([]byte{SyncFormat, 0, 5, 1, 1, 1, 1, 1, 'x'})
 	records := func(b []byte) ([]string, []byte, error) {
 		var out []string
-		var again []byte
+		again := []byte{SyncFormat}
 		err := DecodeDeltas(b, func(sp Space, key []byte, lim *Limit, d int64) {
 			out = append(out, fmt.Sprintf("%d %q %+v %d", sp, key, *lim, d))
 			again = AppendDelta(again, sp, key, lim, d)

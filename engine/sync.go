@@ -117,7 +117,12 @@ func consumeState(l *Limit, st state, exists bool, now, delta, maxDebt int64) st
 	return withUsed(l, used, now)
 }
 
-// AppendDelta appends one bucket's consumption to a sync message: space,
+// SyncFormat is the first byte of every sync message: a node refuses a
+// message of a format it does not know rather than misread it.
+const SyncFormat = 1
+
+// AppendDelta appends one bucket's consumption to a sync message (which
+// starts with the byte SyncFormat): space,
 // algorithm, the limit's rate, window and burst, the delta and the key,
 // integers as varints.
 func AppendDelta(b []byte, space Space, key []byte, lim *Limit, delta int64) []byte {
@@ -138,6 +143,10 @@ var ErrBadSync = errors.New("engine: malformed sync message")
 // stops at the first malformed record with ErrBadSync; records before it
 // have been delivered.
 func DecodeDeltas(b []byte, f func(space Space, key []byte, lim *Limit, delta int64)) error {
+	if len(b) == 0 || b[0] != SyncFormat {
+		return ErrBadSync
+	}
+	b = b[1:]
 	for len(b) > 0 {
 		if len(b) < 2 {
 			return ErrBadSync

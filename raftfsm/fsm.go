@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"sync/atomic"
 
@@ -45,6 +46,11 @@ type Response struct {
 type FSM struct {
 	state   atomic.Pointer[State]
 	applied atomic.Uint64
+	// boot is the state this node had applied before it last stopped, served
+	// to readers until Raft has re-applied that far (Raft replays the log
+	// only once a leader tells it the commit index, which without a quorum
+	// may be never).
+	boot atomic.Pointer[bootView]
 	// OnApply, if set, runs after every applied entry (under Raft's FSM
 	// goroutine; keep it short).
 	OnApply func(index uint64)
@@ -57,8 +63,72 @@ func NewFSM() *FSM {
 	return f
 }
 
+type bootView struct {
+	st    *State
+	index uint64
+}
+
 // State returns the current replicated state.
-func (f *FSM) State() *State { return f.state.Load() }
+func (f *FSM) State() *State {
+	if b := f.boot.Load(); b != nil {
+		if f.applied.Load() < b.index {
+			return b.st
+		}
+		f.boot.CompareAndSwap(b, nil)
+	}
+	return f.state.Load()
+}
+
+// viewDoc is the state saved to the data dir for the next start.
+type viewDoc struct {
+	Index uint64 `json:"index"`
+	snapshotDoc
+}
+
+// SaveView writes the applied state to path (atomically) and returns the
+// index it holds.
+func (f *FSM) SaveView(path string) (uint64, error) {
+	idx := f.applied.Load()
+	st := f.state.Load()
+	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members}}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return 0, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return 0, err
+	}
+	return idx, os.Rename(tmp, path)
+}
+
+// LoadView serves the state saved at path to readers until Raft has applied
+// past it, if it is newer than what Raft restored (after index).
+func (f *FSM) LoadView(path string, after uint64) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var doc viewDoc
+	if err := json.Unmarshal(b, &doc); err != nil || doc.Format != snapshotFormat {
+		return fmt.Errorf("raftfsm: %s: not a saved view (%v)", path, err)
+	}
+	if doc.Index <= after || doc.Index <= f.applied.Load() {
+		return nil
+	}
+	t, err := budget.FromVersioned(doc.Budgets, doc.Version)
+	if err != nil {
+		return fmt.Errorf("raftfsm: %s: %w", path, err)
+	}
+	if doc.Members == nil {
+		doc.Members = map[string]Member{}
+	}
+	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members}, index: doc.Index})
+	return nil
+}
 
 // Applied returns the index of the last applied entry.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }

@@ -191,9 +191,16 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	n.wg.Add(2)
+	// Serve what this node had applied before it stopped until Raft has
+	// replayed that far, so that a node restarted without a quorum still
+	// limits with its last tree.
+	if err := n.fsm.LoadView(n.viewPath(), n.raft.AppliedIndex()); err != nil {
+		n.log.Warn("saved view not used", "err", err)
+	}
+	n.wg.Add(3)
 	go n.relayNotify()
 	go n.register()
+	go n.saveViews()
 	n.log.Info("raft started", "id", o.ID, "raft", o.RaftAddr, "existing_state", existing,
 		"bootstrap_peers", len(o.Peers), "join", o.Join)
 	return n, nil
@@ -229,6 +236,13 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...any
 		lv = slog.LevelWarn
 	case level >= hclog.Error:
 		lv = slog.LevelError
+	}
+	for i, a := range args {
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
 	}
 	s.l.Log(context.Background(), lv, msg, append([]any{"logger", name}, args...)...)
 }
@@ -528,6 +542,39 @@ func (n *Node) registerOnce() bool {
 	}
 	st = n.fsm.State()
 	return st.Members[me.ID] == me && (!n.IsLeader() || n.peersRegistered(st))
+}
+
+func (n *Node) viewPath() string { return filepath.Join(n.opts.DataDir, "view.json") }
+
+// saveViews saves the applied state to the data dir every second it
+// changed, and once more at shutdown.
+func (n *Node) saveViews() {
+	defer n.wg.Done()
+	var saved uint64
+	save := func() {
+		if b := n.fsm.boot.Load(); b != nil && n.fsm.Applied() < b.index {
+			return // still behind what was saved last time
+		}
+		if n.fsm.Applied() != saved {
+			idx, err := n.fsm.SaveView(n.viewPath())
+			if err != nil {
+				n.log.Warn("saving the applied state", "err", err)
+				return
+			}
+			saved = idx
+		}
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			save()
+			return
+		case <-t.C:
+			save()
+		}
+	}
 }
 
 // relayNotify drains Raft's leadership notifications, which Raft blocks on,

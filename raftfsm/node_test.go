@@ -310,3 +310,24 @@ func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
 		t.Fatalf("%s is back in the member map after leaving", gone.ID())
 	}
 }
+
+func TestRestartWithoutQuorumServesTheLastTree(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := WaitForLeader(t, nodes...)
+	if _, err := leader.Apply(setEntry(t, "kept", `{"sustained":{"rate":5}}`)); err != nil {
+		t.Fatal(err)
+	}
+	WaitForApplied(t, leader.FSM().Applied(), nodes...)
+	for _, n := range nodes {
+		n.Shutdown()
+	}
+	// One node alone: no leader will tell it the commit index, so Raft does
+	// not replay its log; it must still know the tree it had applied.
+	alone := open(t, opts[1])
+	if alone.State().Tree.Get("kept") == nil {
+		t.Fatalf("restarted without quorum: tree %s", alone.State().Tree.Export())
+	}
+	if alone.Ready() {
+		t.Fatal("ready without a leader")
+	}
+}

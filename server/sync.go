@@ -80,16 +80,17 @@ func (y *syncer) run(interval time.Duration) {
 		if !on {
 			continue
 		}
-		buf, msgs = buf[:0], msgs[:0]
+		buf, msgs = append(buf[:0], engine.SyncFormat), msgs[:0]
 		start := 0
 		store.Drain(func(space engine.Space, key []byte, lim *engine.Limit, delta int64) {
 			buf = engine.AppendDelta(buf, space, key, lim, delta)
 			if len(buf)-start > maxSyncMessage {
 				msgs = append(msgs, buf[start:])
 				start = len(buf)
+				buf = append(buf, engine.SyncFormat)
 			}
 		})
-		if start < len(buf) || len(msgs) == 0 {
+		if len(buf)-start > 1 || len(msgs) == 0 {
 			msgs = append(msgs, buf[start:])
 		}
 		for _, q := range y.workers {
