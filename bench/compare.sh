@@ -171,3 +171,25 @@ for tool in redis-benchmark bench; do
     unset med
   done
 done
+
+# Each round measures the three workloads back to back, so a round's ratio
+# compares figures taken under the same conditions; the median of those
+# paired ratios is less sensitive to the machine's drift than the ratio of
+# the medians above.
+ratio_median() { # tool depth base
+  local tool=$1 depth=$2 base=$3 s b i
+  read -r -a s <<<"${FIGURES["$tool sluice $depth"]}"
+  read -r -a b <<<"${FIGURES["$tool $base $depth"]}"
+  for i in "${!s[@]}"; do
+    awk -v a="${s[$i]}" -v c="${b[$i]}" 'BEGIN { printf "%.4f\n", a / c }'
+  done | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+echo
+echo "median of the per-round ratios"
+printf '%-15s  %-5s  %11s  %14s\n' tool depth sluice/INCR sluice/EVALSHA
+for tool in redis-benchmark bench; do
+  for depth in 1 $DEPTH; do
+    printf '%-15s  %-5s  %11s  %14s\n' "$tool" "-P $depth" "$(ratio_median "$tool" "$depth" incr)" "$(ratio_median "$tool" "$depth" evalsha)"
+  done
+done
