@@ -9,6 +9,9 @@ type Request struct {
 	Key   []byte
 	Limit *Limit
 	Cost  int64
+	// For a Quota limit: the current period [PeriodStart, PeriodEnd) and
+	// the tokens of it the cluster has already counted.
+	PeriodStart, PeriodEnd, Base int64
 }
 
 // Result is the answer to an acquire, described at its tightest level.
@@ -37,9 +40,13 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
 	if ei, ok := sh.find(lv.h, r.Key); ok {
 		e := sh.entry(ei)
 		lv.idx, lv.exists, st = ei, true, e.st
-		if old := &sh.limits[e.lim].lim; !old.same(r.Limit) {
+		if old := &sh.limits[e.lim].lim; !old.same(r.Limit) && r.Limit.Algo != Quota {
 			st = rescale(old, r.Limit, st, now)
 		}
+	}
+	if r.Limit.Algo == Quota {
+		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, r.Base)
+		return
 	}
 	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
 }
@@ -53,7 +60,7 @@ func (s *Store) update(lv *level, r *Request) {
 		e.lim = sh.internLimit(r.Limit)
 	}
 	e.st = lv.out.next
-	s.record(sh, lv.idx, r.Cost)
+	s.record(sh, lv.idx, r)
 }
 
 // create stores an admitted level's new state in a new bucket.
@@ -62,7 +69,7 @@ func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []b
 	s.makeRoom(sh, now, keep, kept)
 	i := sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
 	s.live.Add(1)
-	s.record(sh, i, r.Cost)
+	s.record(sh, i, r)
 }
 
 // Acquire charges one bucket: AcquireAll for a single request, without the

@@ -12,6 +12,7 @@ import (
 //	Cell         a = theoretical arrival time (ns)
 //	FixedWindow  a = window index, b = count
 //	SlidingWindow a = window index, b = previous window's count, c = current count
+//	Quota        a = period start (ns), b = count not yet handed to the cluster, c = period end
 type state struct{ a, b, c int64 }
 
 // outcome is what one bucket says about one request, before anything is
@@ -399,10 +400,45 @@ func rescale(from, to *Limit, st state, now int64) state {
 	return withUsed(to, usedTo, now)
 }
 
+// quotaDecide counts cost against a calendar quota: base tokens of the
+// period [start, end) are already counted by the cluster, st.b more only
+// here. A quota holds no reservation: a call it refuses waits for the next
+// period.
+func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base int64) outcome {
+	var cnt int64
+	if exists && st.a == start {
+		cnt = st.b
+	}
+	used := base + cnt
+	o := outcome{remaining: max(l.Burst-used, 0)}
+	if used > 0 {
+		o.reset = end - now
+	}
+	switch {
+	case cost > l.Burst:
+		o.never, o.retry = true, -1
+	case used+cost > l.Burst:
+		o.retry = end - now
+	default:
+		o.ok, o.changed = true, cost > 0
+		o.next = state{a: start, b: cnt + cost, c: end}
+		o.remaining = max(l.Burst-used-cost, 0)
+		if used+cost > 0 {
+			o.reset = end - now
+		}
+	}
+	return o
+}
+
 // idleAt returns the time at which a bucket in st is full again under l:
 // after it, forgetting the bucket loses nothing.
 func idleAt(l *Limit, st state) int64 {
 	switch l.Algo {
+	case Quota:
+		if st.b > 0 {
+			return math.MaxInt64 // not yet handed to the cluster
+		}
+		return math.MinInt64
 	case FixedWindow:
 		if st.b == 0 {
 			return math.MinInt64

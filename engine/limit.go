@@ -22,10 +22,14 @@ const (
 	FixedWindow
 	LeakyBucket
 	Cell
+	// Quota counts tokens in calendar periods whose bounds the caller
+	// gives with each request (Request.PeriodStart/End), on top of a base
+	// the caller knows was already used (the cluster's committed count).
+	Quota
 	numAlgos
 )
 
-var algoNames = [numAlgos]string{"token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket", "cell"}
+var algoNames = [numAlgos]string{"token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket", "cell", "quota"}
 
 // String returns the algorithm's name as ALGO accepts it.
 func (a Algo) String() string {
@@ -152,6 +156,14 @@ func NewCellLimit(maxBurst, count, periodSeconds int64) (Limit, error) {
 		return Limit{}, argErr("max_burst", "is too large for this rate: the bucket would take over 100 years to refill")
 	}
 	return Limit{Algo: Cell, Rate: count, Window: ns, Burst: maxBurst + 1, dq: dvt, ei: ei}, nil
+}
+
+// NewQuotaLimit returns the limit of a calendar quota of n tokens a period.
+func NewQuotaLimit(n int64) (Limit, error) {
+	if n < 1 || n > MaxRate {
+		return Limit{}, argErr("QUOTA", "must be an integer between 1 and %d", int64(MaxRate))
+	}
+	return Limit{Algo: Quota, Rate: n, Window: 1, Burst: n}, nil
 }
 
 // errZeroRate is redis-cell's own text for a zero count or period.

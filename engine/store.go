@@ -15,7 +15,7 @@ import (
 const MaxKeyLen = 16 << 10
 
 // MaxLevels bounds how many buckets one AcquireAll may charge.
-const MaxLevels = 8
+const MaxLevels = 12
 
 // Store is the sharded bucket store. Each shard is an open-addressing hash
 // table under its own mutex; there is no global lock. A bucket costs one
@@ -93,6 +93,9 @@ type Space uint8
 const (
 	SpaceInline Space = iota
 	SpaceBudget
+	// SpaceQuota holds calendar quota counters, keyed like the buckets
+	// they go with.
+	SpaceQuota
 )
 
 type hashed struct {

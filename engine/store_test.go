@@ -372,3 +372,42 @@ func FuzzDecodeDeltas(f *testing.F) {
 		}
 	})
 }
+
+func TestQuotaCountsPerPeriodOnTopOfTheBase(t *testing.T) {
+	s := New(Options{Shards: 2})
+	q, err := NewQuotaLimit(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := int64(24 * time.Hour)
+	req := func(cost, base int64, start int64) Request {
+		return Request{Space: SpaceQuota, Key: []byte("acme"), Limit: &q, Cost: cost, PeriodStart: start, PeriodEnd: start + day, Base: base}
+	}
+	if r := s.Acquire(t0, req(4, 5, t0), 0, false); !r.Allowed || r.Remaining != 1 || r.ResetAfter != day {
+		t.Fatalf("4 on a base of 5: %+v", r)
+	}
+	if r := s.Acquire(t0+1, req(2, 5, t0), 0, false); r.Allowed || r.RetryAfter != day-1 {
+		t.Fatalf("2 more (11 > 10): %+v", r)
+	}
+	if r := s.Acquire(t0, req(11, 0, t0), 0, false); r.Allowed || r.RetryAfter != -1 {
+		t.Fatalf("above the quota: %+v", r)
+	}
+	// The count goes to the cluster once, then counts through the base.
+	var got []string
+	s.DrainQuota(func(key []byte, start, end, n int64) { got = append(got, fmt.Sprintf("%s %d %d", key, end-start, n)) })
+	s.DrainQuota(func(key []byte, start, end, n int64) { got = append(got, "again") })
+	if fmt.Sprint(got) != fmt.Sprintf("[acme %d 4]", day) || s.QuotaCount([]byte("acme"), t0) != 0 {
+		t.Fatalf("drained %v", got)
+	}
+	if r := s.Acquire(t0, req(1, 9, t0), 0, false); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("after drain, base 9: %+v", r)
+	}
+	// A new period starts from its own base; a drained counter may be swept.
+	if r := s.Acquire(t0+day, req(10, 0, t0+day), 0, false); !r.Allowed {
+		t.Fatalf("next period: %+v", r)
+	}
+	s.DrainQuota(func([]byte, int64, int64, int64) {})
+	if n := s.Sweep(t0+day, 1<<20); n != 1 {
+		t.Fatalf("swept %d drained counters", n)
+	}
+}

@@ -17,19 +17,16 @@ import (
 func (s *Store) SetSyncing(on bool) {
 	s.syncing.Store(on)
 	if !on {
-		for i := range s.shards {
-			sh := &s.shards[i]
-			sh.mu.Lock()
-			clear(sh.pending)
-			sh.mu.Unlock()
-		}
+		s.Drain(func(Space, []byte, *Limit, int64) {}) // forget what peers would have got
 	}
 }
 
-// record notes cost consumed from entry i (its shard locked).
-func (s *Store) record(sh *shard, i uint32, cost int64) {
-	if cost > 0 && s.syncing.Load() {
-		sh.pending[i] += cost
+// record notes r's cost consumed from entry i (its shard locked): for
+// peers while syncing, and always for a quota, whose count the cluster
+// must learn (DrainQuota).
+func (s *Store) record(sh *shard, i uint32, r *Request) {
+	if r.Cost > 0 && (r.Space == SpaceQuota || s.syncing.Load()) {
+		sh.pending[i] += r.Cost
 	}
 }
 
@@ -42,11 +39,52 @@ func (s *Store) Drain(f func(space Space, key []byte, lim *Limit, delta int64)) 
 		sh.mu.Lock()
 		for idx, delta := range sh.pending {
 			e := sh.entry(idx)
+			if e.space == SpaceQuota {
+				continue // quotas go to the cluster through DrainQuota
+			}
 			f(e.space, sh.key(e), &sh.limits[e.lim].lim, delta)
+			delete(sh.pending, idx)
 		}
-		clear(sh.pending)
 		sh.mu.Unlock()
 	}
+}
+
+// DrainQuota calls f with every quota counter's count not yet handed to
+// the cluster — the key, the period and the count — and zeroes it: the
+// caller commits it (through Raft) and passes the committed total back as
+// Request.Base. f runs with the shard locked and must copy key.
+func (s *Store) DrainQuota(f func(key []byte, start, end, count int64)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for idx := range sh.pending {
+			e := sh.entry(idx)
+			if e.space != SpaceQuota {
+				continue
+			}
+			if e.st.b > 0 {
+				f(sh.key(e), e.st.a, e.st.c, e.st.b)
+				e.st.b = 0
+			}
+			delete(sh.pending, idx)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// QuotaCount returns the count of key's quota not yet handed to the
+// cluster, in the period starting at start.
+func (s *Store) QuotaCount(key []byte, start int64) int64 {
+	h := s.hash(SpaceQuota, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i, ok := sh.find(h, key); ok {
+		if e := sh.entry(i); e.st.a == start {
+			return e.st.b
+		}
+	}
+	return 0
 }
 
 // Consume charges delta tokens that a peer admitted to key's bucket under
