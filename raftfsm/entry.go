@@ -28,6 +28,9 @@ const (
 	ImportBudgets
 	AddMember
 	RemoveMember
+	// QuotaAdd commits quota consumption; QuotaReset forgets a counter.
+	QuotaAdd
+	QuotaReset
 )
 
 // Entry is a decoded log entry.
@@ -44,6 +47,11 @@ type Entry struct {
 	// AddMember, RemoveMember
 	Member *Member `json:"member,omitempty"`
 	ID     string  `json:"id,omitempty"`
+	// QuotaAdd, QuotaReset (Key); Now is the proposer's clock, which the
+	// state machine uses (never its own) to purge ended periods.
+	Quotas []QuotaItem `json:"quotas,omitempty"`
+	Key    string      `json:"key,omitempty"`
+	Now    int64       `json:"now,omitempty"`
 }
 
 // Member is one node of the cluster as the replicated state knows it.
@@ -67,7 +75,7 @@ var ErrBadEntry = errors.New("raftfsm: undecodable entry")
 
 // Decode parses log bytes.
 func Decode(b []byte) (*Entry, error) {
-	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(RemoveMember) {
+	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(QuotaReset) {
 		return nil, ErrBadEntry
 	}
 	e := &Entry{Type: EntryType(b[1])}
@@ -90,6 +98,16 @@ func Decode(b []byte) (*Entry, error) {
 	case RemoveMember:
 		if e.ID == "" {
 			return nil, fmt.Errorf("%w: remove without id", ErrBadEntry)
+		}
+	case QuotaAdd:
+		for _, q := range e.Quotas {
+			if q.Key == "" || q.End <= q.Start || q.Used < 0 {
+				return nil, fmt.Errorf("%w: malformed quota item", ErrBadEntry)
+			}
+		}
+	case QuotaReset:
+		if e.Key == "" {
+			return nil, fmt.Errorf("%w: quota reset without key", ErrBadEntry)
 		}
 	}
 	return e, nil

@@ -45,6 +45,7 @@ type Response struct {
 // entry and the log index, never the clock.
 type FSM struct {
 	state   atomic.Pointer[State]
+	quotas  *quotaTable
 	applied atomic.Uint64
 	// boot is the state this node had applied before it last stopped, served
 	// to readers until Raft has re-applied that far (Raft replays the log
@@ -58,14 +59,15 @@ type FSM struct {
 
 // NewFSM returns a state machine with an empty tree and no members.
 func NewFSM() *FSM {
-	f := &FSM{}
+	f := &FSM{quotas: newQuotaTable()}
 	f.state.Store(&State{Tree: budget.Empty, Members: map[string]Member{}})
 	return f
 }
 
 type bootView struct {
-	st    *State
-	index uint64
+	st     *State
+	index  uint64
+	quotas map[string]QuotaItem // counts as saved: a floor while replaying
 }
 
 // State returns the current replicated state.
@@ -90,7 +92,7 @@ type viewDoc struct {
 func (f *FSM) SaveView(path string) (uint64, error) {
 	idx := f.applied.Load()
 	st := f.state.Load()
-	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members}}
+	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Quotas: f.quotas.items()}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return 0, err
@@ -126,9 +128,31 @@ func (f *FSM) LoadView(path string, after uint64) error {
 	if doc.Members == nil {
 		doc.Members = map[string]Member{}
 	}
-	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members}, index: doc.Index})
+	quotas := make(map[string]QuotaItem, len(doc.Quotas))
+	for _, q := range doc.Quotas {
+		quotas[q.Key] = q
+	}
+	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members}, index: doc.Index, quotas: quotas})
 	return nil
 }
+
+// QuotaUsed returns the committed count of a quota counter in the period
+// starting at start, without allocating.
+//
+// Counts only grow within a period, so while a restarted node replays its
+// log the counts it had saved are a floor under the ones being rebuilt.
+func (f *FSM) QuotaUsed(key []byte, start int64) int64 {
+	n := f.quotas.Used(key, start)
+	if b := f.boot.Load(); b != nil && f.applied.Load() < b.index {
+		if it, ok := b.quotas[string(key)]; ok && it.Start == start {
+			n = max(n, it.Used)
+		}
+	}
+	return n
+}
+
+// QuotaCounters returns the number of committed quota counters.
+func (f *FSM) QuotaCounters() int { return f.quotas.Len() }
 
 // Applied returns the index of the last applied entry.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
@@ -180,6 +204,17 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 			return Response{Err: err}
 		}
 		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
+	case QuotaAdd:
+		for _, q := range e.Quotas {
+			f.quotas.add(q)
+		}
+		f.quotas.purgeSome(e.Now)
+		return Response{N: len(e.Quotas)}
+	case QuotaReset:
+		if f.quotas.reset(e.Key) {
+			return Response{N: 1}
+		}
+		return Response{}
 	case AddMember, RemoveMember:
 		m := make(map[string]Member, len(cur.Members)+1)
 		for k, v := range cur.Members {
@@ -211,18 +246,24 @@ type snapshotDoc struct {
 	Version uint64                      `json:"version"`
 	Budgets map[string]budget.Versioned `json:"budgets"`
 	Members map[string]Member           `json:"members"`
+	Quotas  []QuotaItem                 `json:"quotas,omitempty"`
 }
 
 // Snapshot captures the current state; Persist does the I/O without
 // holding up Apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &snapshot{st: f.state.Load()}, nil
+	// The quota counters change in place, so they are copied here (Apply
+	// waits meanwhile); the tree is immutable and only referenced.
+	return &snapshot{st: f.state.Load(), quotas: f.quotas.items()}, nil
 }
 
-type snapshot struct{ st *State }
+type snapshot struct {
+	st     *State
+	quotas []QuotaItem
+}
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members}
+	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members, Quotas: s.quotas}
 	if err := json.NewEncoder(sink).Encode(doc); err != nil {
 		sink.Cancel()
 		return err
@@ -250,6 +291,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		doc.Members = map[string]Member{}
 	}
 	f.state.Store(&State{Tree: t, Members: doc.Members})
+	f.quotas.replace(doc.Quotas)
 	return nil
 }
 

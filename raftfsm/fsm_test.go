@@ -142,3 +142,45 @@ func checkTree(t *testing.T, tr *budget.Tree) {
 		t.Fatal("export round trip differs")
 	}
 }
+
+func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
+	f := NewFSM()
+	day := int64(86400e9)
+	add := func(idx uint64, now int64, items ...QuotaItem) {
+		if r := apply(f, idx, (&Entry{Type: QuotaAdd, Quotas: items, Now: now}).Encode()); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	add(1, 10, QuotaItem{Key: "acme", Start: 0, End: day, Used: 4}, QuotaItem{Key: "beta", Start: 0, End: day, Used: 1})
+	add(2, 20, QuotaItem{Key: "acme", Start: 0, End: day, Used: 3})
+	if got := f.QuotaUsed([]byte("acme"), 0); got != 7 {
+		t.Fatalf("acme used %d", got)
+	}
+	// A new period starts over; a late increment for the old one is dropped.
+	add(3, day+1, QuotaItem{Key: "acme", Start: day, End: 2 * day, Used: 2})
+	add(4, day+2, QuotaItem{Key: "acme", Start: 0, End: day, Used: 9})
+	if f.QuotaUsed([]byte("acme"), day) != 2 || f.QuotaUsed([]byte("acme"), 0) != 0 {
+		t.Fatalf("periods: %d %d", f.QuotaUsed([]byte("acme"), day), f.QuotaUsed([]byte("acme"), 0))
+	}
+	// Snapshots carry the counters.
+	snap, _ := f.Snapshot()
+	var s sink
+	snap.Persist(&s)
+	g := NewFSM()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if g.QuotaUsed([]byte("acme"), day) != 2 || g.QuotaUsed([]byte("beta"), 0) != 1 {
+		t.Fatal("counters not restored")
+	}
+	// Ended periods are purged as entries pass (each apply purges a shard).
+	for i := uint64(5); i < 5+64; i++ {
+		add(i, 3*day)
+	}
+	if n := f.QuotaCounters(); n != 0 {
+		t.Fatalf("%d counters left after their periods ended", n)
+	}
+	if r := apply(f, 200, (&Entry{Type: QuotaReset, Key: "nobody"}).Encode()); r.N != 0 {
+		t.Fatal("reset of a missing counter")
+	}
+}

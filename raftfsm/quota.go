@@ -1,0 +1,140 @@
+package raftfsm
+
+import (
+	"hash/maphash"
+	"sort"
+	"sync"
+)
+
+// QuotaItem is what one quota counter used in one period [Start, End),
+// in Unix ns. In a QuotaAdd entry Used is an increment; in the state it is
+// the period's committed total.
+type QuotaItem struct {
+	Key   string `json:"k"`
+	Start int64  `json:"s"`
+	End   int64  `json:"e"`
+	Used  int64  `json:"n"`
+}
+
+// quotaTable holds the committed quota counters. Apply (one goroutine)
+// changes it in place; acquires read it concurrently, so it is split into
+// shards under read-write locks rather than copied on every change.
+type quotaTable struct {
+	seed   maphash.Seed
+	shards [64]quotaShard
+	purge  int // the shard the next apply purges of ended periods
+}
+
+type quotaShard struct {
+	mu sync.RWMutex
+	m  map[string]QuotaItem
+}
+
+func newQuotaTable() *quotaTable {
+	q := &quotaTable{seed: maphash.MakeSeed()}
+	for i := range q.shards {
+		q.shards[i].m = map[string]QuotaItem{}
+	}
+	return q
+}
+
+func (q *quotaTable) shard(key []byte) *quotaShard {
+	return &q.shards[maphash.Bytes(q.seed, key)%uint64(len(q.shards))]
+}
+
+// Used returns the committed count of key in the period starting at start.
+// It does not allocate.
+func (q *quotaTable) Used(key []byte, start int64) int64 {
+	sh := q.shard(key)
+	sh.mu.RLock()
+	it, ok := sh.m[string(key)]
+	sh.mu.RUnlock()
+	if ok && it.Start == start {
+		return it.Used
+	}
+	return 0
+}
+
+// add counts an increment. An increment for an older period than the one
+// held is dropped (that period is over); a newer one starts its period.
+func (q *quotaTable) add(in QuotaItem) {
+	sh := q.shard([]byte(in.Key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	it, ok := sh.m[in.Key]
+	switch {
+	case !ok || in.Start > it.Start:
+		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End}
+	case in.Start < it.Start:
+		return
+	}
+	it.Used += in.Used
+	sh.m[in.Key] = it
+}
+
+// reset forgets key's counter and reports whether there was one.
+func (q *quotaTable) reset(key string) bool {
+	sh := q.shard([]byte(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.m[key]
+	delete(sh.m, key)
+	return ok
+}
+
+// purgeSome drops, from one shard in turn, counters whose period ended
+// before now (the time the entry was proposed, so every replica purges
+// alike): their keys no longer cost memory.
+func (q *quotaTable) purgeSome(now int64) {
+	sh := &q.shards[q.purge]
+	q.purge = (q.purge + 1) % len(q.shards)
+	sh.mu.Lock()
+	for k, it := range sh.m {
+		if it.End <= now {
+			delete(sh.m, k)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// items returns every counter, sorted by key (snapshots).
+func (q *quotaTable) items() []QuotaItem {
+	var out []QuotaItem
+	for i := range q.shards {
+		sh := &q.shards[i]
+		sh.mu.RLock()
+		for _, it := range sh.m {
+			out = append(out, it)
+		}
+		sh.mu.RUnlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// replace sets the table to items (restore).
+func (q *quotaTable) replace(items []QuotaItem) {
+	for i := range q.shards {
+		sh := &q.shards[i]
+		sh.mu.Lock()
+		sh.m = map[string]QuotaItem{}
+		sh.mu.Unlock()
+	}
+	for _, it := range items {
+		sh := q.shard([]byte(it.Key))
+		sh.mu.Lock()
+		sh.m[it.Key] = it
+		sh.mu.Unlock()
+	}
+}
+
+// Len returns the number of counters.
+func (q *quotaTable) Len() int {
+	n := 0
+	for i := range q.shards {
+		q.shards[i].mu.RLock()
+		n += len(q.shards[i].m)
+		q.shards[i].mu.RUnlock()
+	}
+	return n
+}
