@@ -15,6 +15,14 @@ type Call struct {
 	WaitMs  int64
 	HasWait bool
 	DryRun  bool
+	// Quotas gives the committed counts of calendar quotas; nil counts
+	// only what this store saw.
+	Quotas QuotaCounts
+}
+
+// QuotaCounts is the cluster's committed quota counts (*raftfsm.FSM).
+type QuotaCounts interface {
+	QuotaUsed(key []byte, start, end int64) int64
 }
 
 // Outcome is the answer to a Call.
@@ -35,7 +43,20 @@ type Outcome struct {
 
 // Scratch is a per-connection buffer for bucket keys built from the call
 // (path#subject), so that building them allocates nothing after warm-up.
-type Scratch struct{ b []byte }
+type Scratch struct{ b, q, name []byte }
+
+// charges is every request one call makes: from[i] is the plan level of
+// reqs[i], and quota[i] whether it is that level's quota counter.
+type charges struct {
+	reqs  [engine.MaxLevels]engine.Request
+	from  [engine.MaxLevels]uint8
+	quota [engine.MaxLevels]bool
+	n     int
+}
+
+// Every plan fits: at most MaxDepth aggregates and an own level, each with
+// a bucket and a quota.
+var _ [engine.MaxLevels - 2*(MaxDepth+1)]struct{}
 
 // Errors of the budget form, with their reply codes.
 var (
@@ -53,13 +74,15 @@ func NoBudget(path []byte) error {
 	return &Error{Code: "NOBUDGET", Msg: "no budget node on path '" + printable(path) + "'"}
 }
 
-// requests fills reqs with one request per level of the plan for c.
-func (t *Tree) requests(c *Call, sc *Scratch, reqs *[engine.MaxLevels]engine.Request, cost int64) (*Plan, int, error) {
+// requests fills ch with the requests of c's plan at now: each level's
+// bucket, then its quota counter with the period holding now and the
+// cluster's committed count.
+func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64) (*Plan, error) {
 	plan, _, ok := t.Resolve(c.Path)
 	if !ok {
-		return nil, 0, NoBudget(c.Path)
+		return nil, NoBudget(c.Path)
 	}
-	n := 0
+	ch.n = 0
 	for i := range plan.Levels {
 		lv := &plan.Levels[i]
 		key := lv.Key
@@ -67,7 +90,7 @@ func (t *Tree) requests(c *Call, sc *Scratch, reqs *[engine.MaxLevels]engine.Req
 			switch s := lv.Node.Config.Scope; s {
 			case User, IP, Route:
 				if len(c.Subject) == 0 {
-					return nil, 0, errKeyRequired(c.Path, s)
+					return nil, errKeyRequired(c.Path, s)
 				}
 				sc.b = append(append(append(sc.b[:0], c.Path...), '#'), c.Subject...)
 				key = sc.b
@@ -75,10 +98,44 @@ func (t *Tree) requests(c *Call, sc *Scratch, reqs *[engine.MaxLevels]engine.Req
 				key = c.Path
 			}
 		}
-		reqs[n] = engine.Request{Space: engine.SpaceBudget, Key: key, Limit: lv.Limit, Cost: cost}
-		n++
+		if !lv.QuotaOnly {
+			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceBudget, Key: key, Limit: lv.Limit, Cost: cost}
+			ch.from[ch.n], ch.quota[ch.n] = uint8(i), false
+			ch.n++
+		}
+		if q := lv.Quota; q != nil {
+			qkey := lv.QuotaKey
+			if qkey == nil {
+				sc.q = append(append(sc.q[:0], QuotaKeyPrefix...), key...)
+				qkey = sc.q
+			}
+			start, end := q.per.Bounds(now)
+			var base int64
+			if c.Quotas != nil {
+				base = c.Quotas.QuotaUsed(qkey, start, end)
+			}
+			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
+				PeriodStart: start, PeriodEnd: end, Base: base}
+			ch.from[ch.n], ch.quota[ch.n] = uint8(i), true
+			ch.n++
+		}
 	}
-	return plan, n, nil
+	return plan, nil
+}
+
+// limitedBy names request i of ch as limited_by reports it.
+func (ch *charges) limitedBy(plan *Plan, i int, sc *Scratch) []byte {
+	lv := &plan.Levels[ch.from[i]]
+	switch {
+	case ch.quota[i] && lv.QuotaName != nil:
+		return lv.QuotaName
+	case ch.quota[i]:
+		sc.name = append(append(sc.name[:0], quotaNamePfx...), ch.reqs[i].Key[len(QuotaKeyPrefix):]...)
+		return sc.name
+	case lv.Name != nil:
+		return lv.Name
+	}
+	return ch.reqs[i].Key
 }
 
 // Acquire runs c against the store at now: every level of the plan is
@@ -86,7 +143,7 @@ func (t *Tree) requests(c *Call, sc *Scratch, reqs *[engine.MaxLevels]engine.Req
 // queue strategy's max_wait_ms; a refusal by a level whose strategy is
 // degrade lets the call through as allowed=2 without consuming.
 func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcome, error) {
-	var reqs [engine.MaxLevels]engine.Request
+	var ch charges
 	plan, _, ok := t.Resolve(c.Path)
 	if !ok {
 		return Outcome{}, NoBudget(c.Path)
@@ -96,10 +153,10 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if c.HasCost {
 		cost = c.Cost
 	}
-	_, n, err := t.requests(c, sc, &reqs, cost)
-	if err != nil {
+	if _, err := t.requests(now, c, sc, &ch, cost); err != nil {
 		return Outcome{}, err
 	}
+	n := ch.n
 	out := Outcome{Cost: cost, Label: plan.Config.label, Levels: n}
 	if n == 0 {
 		out.Allowed, out.Unlimited, out.LimitedBy = 1, true, c.Path
@@ -110,12 +167,9 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if !c.HasWait && cfg.Strategy == Queue {
 		wait = cfg.MaxWaitMs
 	}
-	r := s.AcquireAll(now, reqs[:n], wait*int64(time.Millisecond), c.DryRun)
-	lv := &plan.Levels[r.Level]
-	out.Result, out.LimitedBy = r, lv.Name
-	if lv.Name == nil {
-		out.LimitedBy = reqs[r.Level].Key
-	}
+	r := s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
+	lv := &plan.Levels[ch.from[r.Level]]
+	out.Result, out.LimitedBy = r, ch.limitedBy(plan, r.Level, sc)
 	switch {
 	case r.Allowed:
 		out.Allowed = 1
@@ -125,18 +179,23 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	return out, nil
 }
 
-// Refund gives n tokens back to every level c charges and describes the
-// target's tightest level afterwards.
+// Refund gives n tokens back to every level c charges, quotas included,
+// and describes the target's tightest level afterwards.
 func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
-	var reqs [engine.MaxLevels]engine.Request
-	plan, k, err := t.requests(c, sc, &reqs, 0)
+	var ch charges
+	plan, err := t.requests(now, c, sc, &ch, 0)
 	if err != nil {
 		return Outcome{}, err
 	}
-	for i := 0; i < k; i++ {
-		s.Refund(now, engine.SpaceBudget, reqs[i].Key, reqs[i].Limit, n)
+	for i := 0; i < ch.n; i++ {
+		r := &ch.reqs[i]
+		if ch.quota[i] {
+			s.RefundQuota(now, r.Key, r.Limit, r.PeriodStart, r.PeriodEnd, r.Base, n)
+		} else {
+			s.Refund(now, engine.SpaceBudget, r.Key, r.Limit, n)
+		}
 	}
-	if k == 0 {
+	if ch.n == 0 {
 		return Outcome{Allowed: 1, Unlimited: true, LimitedBy: c.Path, Label: plan.Config.label,
 			Result: engine.Result{Allowed: true, Remaining: -1, Limit: -1}}, nil
 	}
@@ -146,17 +205,79 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 }
 
 // Reset forgets the target's own bucket (for the call's subject) and
-// reports whether there was one; aggregate buckets are left alone.
+// reports whether there was one; aggregate buckets and quota counters are
+// left alone.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
-	var reqs [engine.MaxLevels]engine.Request
-	plan, k, err := t.requests(c, sc, &reqs, 0)
+	var ch charges
+	plan, err := t.requests(0, c, sc, &ch, 0)
 	if err != nil {
 		return false, err
 	}
-	for i := 0; i < k; i++ {
-		if plan.Levels[i].Own {
-			return s.Reset(engine.SpaceBudget, reqs[i].Key), nil
+	for i := 0; i < ch.n; i++ {
+		if !ch.quota[i] && plan.Levels[ch.from[i]].Own {
+			return s.Reset(engine.SpaceBudget, ch.reqs[i].Key), nil
 		}
 	}
 	return false, nil
+}
+
+// QuotaStatus describes one quota counter for RL.QUOTA.
+type QuotaStatus struct {
+	Level      []byte // the level as limited_by names it, without "quota:"
+	Limit      int64
+	Used       int64
+	Period     Period
+	Start, End int64 // the current period, Unix ns
+}
+
+// Quota describes the tightest of the quotas a call c would count against
+// at now (the one with the fewest tokens left; the deepest on a tie); ok is
+// false when none does.
+func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st QuotaStatus, ok bool, err error) {
+	var ch charges
+	if _, err = t.requests(now, c, sc, &ch, 0); err != nil {
+		return st, false, err
+	}
+	plan, _, _ := t.Resolve(c.Path)
+	k := 0
+	for i := 0; i < ch.n; i++ {
+		if ch.quota[i] {
+			ch.reqs[k], ch.from[k], ch.quota[k] = ch.reqs[i], ch.from[i], true
+			k++
+		}
+	}
+	if k == 0 {
+		return st, false, nil
+	}
+	r := s.AcquireAll(now, ch.reqs[:k], 0, true)
+	q := &ch.reqs[r.Level]
+	name := ch.limitedBy(plan, r.Level, sc)
+	used := max(q.Base+s.QuotaCount(q.Key, q.PeriodStart), 0)
+	return QuotaStatus{Level: name[len(quotaNamePfx):], Limit: r.Limit, Used: used,
+		Period: plan.Levels[ch.from[r.Level]].Quota.per, Start: q.PeriodStart, End: q.PeriodEnd}, true, nil
+}
+
+// QuotaKeys returns the counters RL.QUOTA RESET forgets for c: those of
+// the quotas of the target itself — its own counter (per subject where its
+// scope says so) and, when that is per node, its aggregate's.
+func (t *Tree) QuotaKeys(c *Call, sc *Scratch) ([]string, error) {
+	var ch charges
+	plan, err := t.requests(0, c, sc, &ch, 0)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	perCall := false // the own counter's key comes from the call
+	for i := 0; i < ch.n; i++ {
+		if lv := &plan.Levels[ch.from[i]]; ch.quota[i] && lv.Own && lv.QuotaKey == nil {
+			perCall = true
+		}
+	}
+	for i := 0; i < ch.n; i++ {
+		lv := &plan.Levels[ch.from[i]]
+		if ch.quota[i] && (lv.Own || lv.Node == plan.Config && !perCall && lv.Node.Path == string(c.Path)) {
+			keys = append(keys, string(ch.reqs[i].Key))
+		}
+	}
+	return keys, nil
 }

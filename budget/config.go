@@ -111,7 +111,25 @@ type Quota struct {
 	Limit    int64
 	Period   string
 	Timezone string
+
+	per Period       // Period and Timezone, parsed
+	lim engine.Limit // the engine's limit for the counter
 }
+
+// prepare parses the period and zone and builds the counter's limit.
+func (q *Quota) prepare() error {
+	var err error
+	if q.per, err = ParsePeriod(q.Period, q.Timezone); err != nil {
+		return err
+	}
+	if q.lim, err = engine.NewQuotaLimit(q.Limit, q.per.Code()); err != nil {
+		return errf("quota.limit must be an integer between 1 and %d", int64(engine.MaxRate))
+	}
+	return nil
+}
+
+// Per returns the quota's period.
+func (q *Quota) Per() Period { return q.per }
 
 // Defaults for fields a config leaves out.
 const (
@@ -384,7 +402,7 @@ func (c *Config) Validate() error {
 		return errf("budget.overcommit_ratio needs budget.mode allocated")
 	}
 	if c.Quota != nil {
-		return errf("quota: calendar quotas are not available in this version")
+		return c.Quota.prepare()
 	}
 	return nil
 }

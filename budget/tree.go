@@ -55,7 +55,23 @@ type Level struct {
 	Limit *engine.Limit
 	Node  *Node // the config that governs this level
 	Own   bool
+
+	// Quota, if set, is a calendar quota counted at this level (SPEC §4
+	// rule 4) under QuotaKey, reported as QuotaName; both nil when they
+	// depend on the call, like Key. QuotaOnly marks a level that has a
+	// quota and no bucket.
+	Quota     *Quota
+	QuotaKey  []byte
+	QuotaName []byte
+	QuotaOnly bool
 }
+
+// Quota counter keys: the budget space's are "b|" and the level's bucket
+// key; inline quotas use "i|" and the call's key (commands package).
+const (
+	QuotaKeyPrefix = "b|"
+	quotaNamePfx   = "quota:"
+)
 
 // Plan is every bucket one call to a path charges, aggregates (root first)
 // before the target's own bucket.
@@ -251,33 +267,56 @@ func (n *Node) plans() {
 	// Calls addressed to n itself: aggregates, then n's own bucket — unless
 	// n only draws on a shared parent's pool, or the own bucket would be the
 	// aggregate again (same key space, same limit).
-	n.exact = Plan{Config: n, Levels: aggs}
+	exact := append([]Level(nil), aggs...)
 	poolOnly := n.Parent != nil && n.Parent.Config.Mode == Shared && !c.HasLimit
-	if n.eff != nil && !poolOnly {
+	ownKeyed := c.Scope == Tenant || c.Scope == Global
+	switch {
+	case n.eff != nil && !poolOnly && ownKeyed && n.agg != nil && *n.agg == *n.eff:
+		// The node's aggregate is its own bucket too: RL.RESET of the
+		// path resets it.
+		exact[len(exact)-1].Own = true
+	case n.eff != nil && !poolOnly:
 		own := Level{Limit: n.eff, Node: n, Own: true}
-		if c.Scope == Tenant || c.Scope == Global {
+		if ownKeyed {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
-		if own.Key != nil && n.agg != nil && *n.agg == *n.eff {
-			// The node's aggregate is its own bucket too: RL.RESET of the
-			// path resets it.
-			n.exact.Levels = append([]Level(nil), aggs...)
-			n.exact.Levels[len(aggs)-1].Own = true
-		} else {
-			n.exact.Levels = append(append([]Level(nil), aggs...), own)
+		exact = append(exact, own)
+	case c.Quota != nil:
+		// No bucket of its own, but a quota: counted per call like one.
+		own := Level{Node: n, Own: true, QuotaOnly: true}
+		if ownKeyed {
+			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
+		exact = append(exact, own)
 	}
+	n.exact = Plan{Config: n, Levels: withQuotas(exact)}
 	// Calls to unconfigured descendants: the aggregates, plus an own bucket
 	// with n's effective limit when n shares its limit with children and is
-	// not a pool they draw on.
-	n.implicit = Plan{Config: n, Levels: aggs}
-	if n.eff != nil && c.Sharing != Private && c.Mode != Shared {
-		own := Level{Limit: n.eff, Node: n, Own: true}
+	// not a pool they draw on; an implicit child has n's quota as its own.
+	implicit := append([]Level(nil), aggs...)
+	if c.Sharing != Private && (n.eff != nil && c.Mode != Shared || c.Quota != nil) {
+		own := Level{Limit: n.eff, Node: n, Own: true, QuotaOnly: n.eff == nil || c.Mode == Shared}
+		if own.QuotaOnly {
+			own.Limit = nil
+		}
 		if c.Scope == Global {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
-		n.implicit.Levels = append(append([]Level(nil), aggs...), own)
+		implicit = append(implicit, own)
 	}
+	n.implicit = Plan{Config: n, Levels: withQuotas(implicit)}
+}
+
+// withQuotas attaches to each level the quota of the node that governs it.
+func withQuotas(levels []Level) []Level {
+	for i := range levels {
+		lv := &levels[i]
+		if lv.Quota = lv.Node.Config.Quota; lv.Quota != nil && lv.Key != nil {
+			lv.QuotaKey = []byte(QuotaKeyPrefix + string(lv.Key))
+			lv.QuotaName = []byte(quotaNamePfx + string(lv.Name))
+		}
+	}
+	return levels
 }
 
 // --- changes ----------------------------------------------------------------

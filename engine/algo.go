@@ -407,9 +407,9 @@ func rescale(from, to *Limit, st state, now int64) state {
 func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base int64) outcome {
 	var cnt int64
 	if exists && st.a == start {
-		cnt = st.b
+		cnt = st.b // negative after refunds of committed tokens
 	}
-	used := base + cnt
+	used := max(base+cnt, 0)
 	o := outcome{remaining: max(l.Burst-used, 0)}
 	if used > 0 {
 		o.reset = end - now
@@ -435,8 +435,8 @@ func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base in
 func idleAt(l *Limit, st state) int64 {
 	switch l.Algo {
 	case Quota:
-		if st.b > 0 {
-			return math.MaxInt64 // not yet handed to the cluster
+		if st.b != 0 {
+			return math.MaxInt64 // not yet committed by the cluster
 		}
 		return math.MinInt64
 	case FixedWindow:

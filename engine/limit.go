@@ -159,11 +159,18 @@ func NewCellLimit(maxBurst, count, periodSeconds int64) (Limit, error) {
 }
 
 // NewQuotaLimit returns the limit of a calendar quota of n tokens a period.
-func NewQuotaLimit(n int64) (Limit, error) {
+// The engine takes each period's bounds from the request; period is the
+// caller's positive code for the kind of period, kept in Window so that
+// quota counters of different periods are different limits, and handed
+// back with the counts (DrainQuota).
+func NewQuotaLimit(n, period int64) (Limit, error) {
 	if n < 1 || n > MaxRate {
 		return Limit{}, argErr("QUOTA", "must be an integer between 1 and %d", int64(MaxRate))
 	}
-	return Limit{Algo: Quota, Rate: n, Window: 1, Burst: n}, nil
+	if period < 1 {
+		return Limit{}, argErr("QUOTA", "needs a period")
+	}
+	return Limit{Algo: Quota, Rate: n, Window: period, Burst: n}, nil
 }
 
 // errZeroRate is redis-cell's own text for a zero count or period.

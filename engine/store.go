@@ -15,7 +15,7 @@ import (
 const MaxKeyLen = 16 << 10
 
 // MaxLevels bounds how many buckets one AcquireAll may charge.
-const MaxLevels = 12
+const MaxLevels = 18
 
 // Store is the sharded bucket store. Each shard is an open-addressing hash
 // table under its own mutex; there is no global lock. A bucket costs one

@@ -375,13 +375,20 @@ func FuzzDecodeDeltas(f *testing.F) {
 
 func TestQuotaCountsPerPeriodOnTopOfTheBase(t *testing.T) {
 	s := New(Options{Shards: 2})
-	q, err := NewQuotaLimit(10)
+	q, err := NewQuotaLimit(10, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	day := int64(24 * time.Hour)
 	req := func(cost, base int64, start int64) Request {
 		return Request{Space: SpaceQuota, Key: []byte("acme"), Limit: &q, Cost: cost, PeriodStart: start, PeriodEnd: start + day, Base: base}
+	}
+	pending := func() string {
+		var got []string
+		s.PendingQuota(func(key []byte, lim *Limit, start, end, n int64) {
+			got = append(got, fmt.Sprintf("%s w%d %d %d", key, lim.Window, end-start, n))
+		})
+		return fmt.Sprint(got)
 	}
 	if r := s.Acquire(t0, req(4, 5, t0), 0, false); !r.Allowed || r.Remaining != 1 || r.ResetAfter != day {
 		t.Fatalf("4 on a base of 5: %+v", r)
@@ -392,22 +399,44 @@ func TestQuotaCountsPerPeriodOnTopOfTheBase(t *testing.T) {
 	if r := s.Acquire(t0, req(11, 0, t0), 0, false); r.Allowed || r.RetryAfter != -1 {
 		t.Fatalf("above the quota: %+v", r)
 	}
-	// The count goes to the cluster once, then counts through the base.
-	var got []string
-	s.DrainQuota(func(key []byte, start, end, n int64) { got = append(got, fmt.Sprintf("%s %d %d", key, end-start, n)) })
-	s.DrainQuota(func(key []byte, start, end, n int64) { got = append(got, "again") })
-	if fmt.Sprint(got) != fmt.Sprintf("[acme %d 4]", day) || s.QuotaCount([]byte("acme"), t0) != 0 {
-		t.Fatalf("drained %v", got)
+	// The count stays until it is settled, however often it is read.
+	if got, again := pending(), pending(); got != fmt.Sprintf("[acme w4 %d 4]", day) || again != got {
+		t.Fatalf("pending %v then %v", got, again)
 	}
-	if r := s.Acquire(t0, req(1, 9, t0), 0, false); !r.Allowed || r.Remaining != 0 {
-		t.Fatalf("after drain, base 9: %+v", r)
+	// One more admitted while 4 are being committed: settling the 4
+	// leaves it.
+	if r := s.Acquire(t0, req(1, 5, t0), 0, false); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("the 10th: %+v", r)
 	}
-	// A new period starts from its own base; a drained counter may be swept.
+	s.SettleQuota([]byte("acme"), t0, 4)
+	if n := s.QuotaCount([]byte("acme"), t0); n != 1 {
+		t.Fatalf("after settling 4 of 5: %d", n)
+	}
+	s.SettleQuota([]byte("acme"), t0, 1)
+	if got := pending(); got != "[]" {
+		t.Fatalf("all settled, still pending %v", got)
+	}
+	// Committed: the base carries the count now.
+	if r := s.Acquire(t0, req(1, 10, t0), 0, false); r.Allowed {
+		t.Fatalf("base 10 of 10: %+v", r)
+	}
+	// A refund goes below the committed base, never below zero used.
+	if r := s.RefundQuota(t0, []byte("acme"), &q, t0, t0+day, 10, 3); r.Remaining != 3 {
+		t.Fatalf("refund 3: %+v", r)
+	}
+	if r := s.RefundQuota(t0, []byte("acme"), &q, t0, t0+day, 10, 100); r.Remaining != 10 {
+		t.Fatalf("refund all: %+v", r)
+	}
+	if got := pending(); got != fmt.Sprintf("[acme w4 %d -10]", day) {
+		t.Fatalf("refunds pending %v", got)
+	}
+	// A new period starts from its own base; settled counters may be swept.
 	if r := s.Acquire(t0+day, req(10, 0, t0+day), 0, false); !r.Allowed {
 		t.Fatalf("next period: %+v", r)
 	}
-	s.DrainQuota(func([]byte, int64, int64, int64) {})
+	s.SettleQuota([]byte("acme"), t0, -10) // the old period's: ignored
+	s.SettleQuota([]byte("acme"), t0+day, 10)
 	if n := s.Sweep(t0+day, 1<<20); n != 1 {
-		t.Fatalf("swept %d drained counters", n)
+		t.Fatalf("swept %d settled counters", n)
 	}
 }

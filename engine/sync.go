@@ -23,7 +23,7 @@ func (s *Store) SetSyncing(on bool) {
 
 // record notes r's cost consumed from entry i (its shard locked): for
 // peers while syncing, and always for a quota, whose count the cluster
-// must learn (DrainQuota).
+// must learn (PendingQuota).
 func (s *Store) record(sh *shard, i uint32, r *Request) {
 	if r.Cost > 0 && (r.Space == SpaceQuota || s.syncing.Load()) {
 		sh.pending[i] += r.Cost
@@ -49,11 +49,18 @@ func (s *Store) Drain(f func(space Space, key []byte, lim *Limit, delta int64)) 
 	}
 }
 
-// DrainQuota calls f with every quota counter's count not yet handed to
-// the cluster — the key, the period and the count — and zeroes it: the
-// caller commits it (through Raft) and passes the committed total back as
-// Request.Base. f runs with the shard locked and must copy key.
-func (s *Store) DrainQuota(f func(key []byte, start, end, count int64)) {
+// Calendar quotas: a quota counter's state holds the tokens this node
+// admitted (or, refunded, gave back) in the current period that the
+// cluster has not yet committed. The caller reads them with PendingQuota,
+// commits them through Raft, and once its own replica has applied them
+// calls SettleQuota, so that a request never sees a count twice for longer
+// than that apply takes, nor misses one.
+
+// PendingQuota calls f with every quota counter whose count is not yet
+// committed: its key, limit, period [start, end) and count (negative when
+// refunds outweigh admissions). Nothing changes; f runs with the shard
+// locked and must copy key.
+func (s *Store) PendingQuota(f func(key []byte, lim *Limit, start, end, count int64)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -62,14 +69,72 @@ func (s *Store) DrainQuota(f func(key []byte, start, end, count int64)) {
 			if e.space != SpaceQuota {
 				continue
 			}
-			if e.st.b > 0 {
-				f(sh.key(e), e.st.a, e.st.c, e.st.b)
-				e.st.b = 0
+			if e.st.b == 0 {
+				delete(sh.pending, idx)
+				continue
 			}
-			delete(sh.pending, idx)
+			f(sh.key(e), &sh.limits[e.lim].lim, e.st.a, e.st.c, e.st.b)
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// SettleQuota takes n committed tokens off key's uncommitted count for the
+// period starting at start. A counter that has moved on to a later period
+// is left alone: its earlier count no longer matters.
+func (s *Store) SettleQuota(key []byte, start, n int64) {
+	h := s.hash(SpaceQuota, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, ok := sh.find(h, key)
+	if !ok {
+		return
+	}
+	if e := sh.entry(i); e.st.a == start {
+		if e.st.b -= n; e.st.b == 0 {
+			delete(sh.pending, i)
+		}
+	}
+}
+
+// RefundQuota gives back up to n tokens of key's quota in the period
+// [start, end), never more than the period has used (base committed plus
+// the local count), and returns the counter's state afterwards.
+func (s *Store) RefundQuota(now int64, key []byte, lim *Limit, start, end, base, n int64) Result {
+	h := s.hash(SpaceQuota, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, ok := sh.find(h, key)
+	var st state
+	if ok {
+		st = sh.entry(i).st
+	}
+	o := quotaDecide(lim, st, ok, now, 0, start, end, base)
+	back := min(n, lim.Burst-o.remaining)
+	if back > 0 {
+		cnt := int64(0)
+		if ok && st.a == start {
+			cnt = st.b
+		}
+		next := state{a: start, b: cnt - back, c: end}
+		if ok {
+			e := sh.entry(i)
+			if !sh.limits[e.lim].lim.same(lim) {
+				sh.dropLimit(e.lim)
+				e.lim = sh.internLimit(lim)
+			}
+			e.st = next
+		} else {
+			s.makeRoom(sh, now, nil, nil)
+			i = sh.insert(h, key, sh.internLimit(lim), next)
+			s.live.Add(1)
+		}
+		sh.pending[i] += 0 // a count to commit
+		o = quotaDecide(lim, next, true, now, 0, start, end, base)
+	}
+	return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst, ResetAfter: o.reset}
 }
 
 // QuotaCount returns the count of key's quota not yet handed to the

@@ -47,11 +47,15 @@ type Entry struct {
 	// AddMember, RemoveMember
 	Member *Member `json:"member,omitempty"`
 	ID     string  `json:"id,omitempty"`
-	// QuotaAdd, QuotaReset (Key); Now is the proposer's clock, which the
-	// state machine uses (never its own) to purge ended periods.
+	// QuotaAdd, QuotaReset (Keys); Now is the proposer's clock, which the
+	// state machine uses (never its own) to purge ended periods. Origin and
+	// Seq number a node's batches of quota counts, so that a batch retried
+	// after an uncertain outcome is counted once.
 	Quotas []QuotaItem `json:"quotas,omitempty"`
-	Key    string      `json:"key,omitempty"`
+	Keys   []string    `json:"keys,omitempty"`
 	Now    int64       `json:"now,omitempty"`
+	Origin string      `json:"origin,omitempty"`
+	Seq    uint64      `json:"seq,omitempty"`
 }
 
 // Member is one node of the cluster as the replicated state knows it.
@@ -101,13 +105,13 @@ func Decode(b []byte) (*Entry, error) {
 		}
 	case QuotaAdd:
 		for _, q := range e.Quotas {
-			if q.Key == "" || q.End <= q.Start || q.Used < 0 {
+			if q.Key == "" || q.End <= q.Start {
 				return nil, fmt.Errorf("%w: malformed quota item", ErrBadEntry)
 			}
 		}
 	case QuotaReset:
-		if e.Key == "" {
-			return nil, fmt.Errorf("%w: quota reset without key", ErrBadEntry)
+		if len(e.Keys) == 0 {
+			return nil, fmt.Errorf("%w: quota reset without keys", ErrBadEntry)
 		}
 	}
 	return e, nil

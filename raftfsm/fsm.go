@@ -55,6 +55,8 @@ type FSM struct {
 	// OnApply, if set, runs after every applied entry (under Raft's FSM
 	// goroutine; keep it short).
 	OnApply func(index uint64)
+	// quotaObs, if set, learns of applied quota changes (SetQuotaObserver).
+	quotaObs atomic.Pointer[QuotaObserver]
 }
 
 // NewFSM returns a state machine with an empty tree and no members.
@@ -92,7 +94,7 @@ type viewDoc struct {
 func (f *FSM) SaveView(path string) (uint64, error) {
 	idx := f.applied.Load()
 	st := f.state.Load()
-	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Quotas: f.quotas.items()}}
+	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Quotas: f.quotas.items(), Seqs: f.quotas.seqsCopy()}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return 0, err
@@ -137,19 +139,35 @@ func (f *FSM) LoadView(path string, after uint64) error {
 }
 
 // QuotaUsed returns the committed count of a quota counter in the period
-// starting at start, without allocating.
+// [start, end), without allocating.
 //
-// Counts only grow within a period, so while a restarted node replays its
-// log the counts it had saved are a floor under the ones being rebuilt.
-func (f *FSM) QuotaUsed(key []byte, start int64) int64 {
-	n := f.quotas.Used(key, start)
+// While a restarted node replays its log, the counts it had saved stand in
+// for the ones being rebuilt (the larger of the two, as counts mostly grow).
+func (f *FSM) QuotaUsed(key []byte, start, end int64) int64 {
+	n := f.quotas.Used(key, start, end)
 	if b := f.boot.Load(); b != nil && f.applied.Load() < b.index {
-		if it, ok := b.quotas[string(key)]; ok && it.Start == start {
+		if it, ok := b.quotas[string(key)]; ok && it.Start == start && it.End == end {
 			n = max(n, it.Used)
 		}
 	}
 	return n
 }
+
+// Quota returns a committed quota counter as it stands.
+func (f *FSM) Quota(key string) (QuotaItem, bool) { return f.quotas.Get(key) }
+
+// QuotaSeq returns the last batch of quota counts applied from origin.
+func (f *FSM) QuotaSeq(origin string) uint64 { return f.quotas.LastSeq(origin) }
+
+// QuotaObserver learns, in Raft's apply goroutine, of each quota change
+// as it is applied. A batch already applied is skipped and not reported.
+type QuotaObserver interface {
+	QuotaAdded(origin string, seq uint64, items []QuotaItem)
+	QuotaReset(keys []string)
+}
+
+// SetQuotaObserver sets the observer of quota changes.
+func (f *FSM) SetQuotaObserver(o QuotaObserver) { f.quotaObs.Store(&o) }
 
 // QuotaCounters returns the number of committed quota counters.
 func (f *FSM) QuotaCounters() int { return f.quotas.Len() }
@@ -205,16 +223,28 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 		}
 		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
 	case QuotaAdd:
+		if e.Origin != "" && !f.quotas.fresh(e.Origin, e.Seq) {
+			return Response{} // a retried batch, counted already
+		}
 		for _, q := range e.Quotas {
 			f.quotas.add(q)
 		}
 		f.quotas.purgeSome(e.Now)
+		if o := f.quotaObs.Load(); o != nil {
+			(*o).QuotaAdded(e.Origin, e.Seq, e.Quotas)
+		}
 		return Response{N: len(e.Quotas)}
 	case QuotaReset:
-		if f.quotas.reset(e.Key) {
-			return Response{N: 1}
+		n := 0
+		for _, k := range e.Keys {
+			if f.quotas.reset(k) {
+				n++
+			}
 		}
-		return Response{}
+		if o := f.quotaObs.Load(); o != nil {
+			(*o).QuotaReset(e.Keys)
+		}
+		return Response{N: n}
 	case AddMember, RemoveMember:
 		m := make(map[string]Member, len(cur.Members)+1)
 		for k, v := range cur.Members {
@@ -247,6 +277,7 @@ type snapshotDoc struct {
 	Budgets map[string]budget.Versioned `json:"budgets"`
 	Members map[string]Member           `json:"members"`
 	Quotas  []QuotaItem                 `json:"quotas,omitempty"`
+	Seqs    map[string]uint64           `json:"quota_seqs,omitempty"`
 }
 
 // Snapshot captures the current state; Persist does the I/O without
@@ -254,16 +285,17 @@ type snapshotDoc struct {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	// The quota counters change in place, so they are copied here (Apply
 	// waits meanwhile); the tree is immutable and only referenced.
-	return &snapshot{st: f.state.Load(), quotas: f.quotas.items()}, nil
+	return &snapshot{st: f.state.Load(), quotas: f.quotas.items(), seqs: f.quotas.seqsCopy()}, nil
 }
 
 type snapshot struct {
 	st     *State
 	quotas []QuotaItem
+	seqs   map[string]uint64
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members, Quotas: s.quotas}
+	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members, Quotas: s.quotas, Seqs: s.seqs}
 	if err := json.NewEncoder(sink).Encode(doc); err != nil {
 		sink.Cancel()
 		return err
@@ -291,7 +323,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		doc.Members = map[string]Member{}
 	}
 	f.state.Store(&State{Tree: t, Members: doc.Members})
-	f.quotas.replace(doc.Quotas)
+	f.quotas.replace(doc.Quotas, doc.Seqs)
 	return nil
 }
 

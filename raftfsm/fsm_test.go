@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"testing"
 
@@ -146,23 +147,52 @@ func checkTree(t *testing.T, tr *budget.Tree) {
 func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 	f := NewFSM()
 	day := int64(86400e9)
-	add := func(idx uint64, now int64, items ...QuotaItem) {
-		if r := apply(f, idx, (&Entry{Type: QuotaAdd, Quotas: items, Now: now}).Encode()); r.Err != nil {
+	obs := &quotaLog{}
+	f.SetQuotaObserver(obs)
+	add := func(idx uint64, now int64, origin string, seq uint64, items ...QuotaItem) Response {
+		r := apply(f, idx, (&Entry{Type: QuotaAdd, Quotas: items, Now: now, Origin: origin, Seq: seq}).Encode())
+		if r.Err != nil {
 			t.Fatal(r.Err)
 		}
+		return r
 	}
-	add(1, 10, QuotaItem{Key: "acme", Start: 0, End: day, Used: 4}, QuotaItem{Key: "beta", Start: 0, End: day, Used: 1})
-	add(2, 20, QuotaItem{Key: "acme", Start: 0, End: day, Used: 3})
-	if got := f.QuotaUsed([]byte("acme"), 0); got != 7 {
+	used := func(key string, start int64) int64 { return f.QuotaUsed([]byte(key), start, start+day) }
+	item := func(key string, start, n int64) QuotaItem {
+		return QuotaItem{Key: key, Start: start, End: start + day, Used: n, Limit: 100, Period: "day UTC"}
+	}
+	add(1, 10, "n1", 5, item("acme", 0, 4), item("beta", 0, 1))
+	add(2, 20, "n2", 1, item("acme", 0, 3))
+	if got := used("acme", 0); got != 7 {
 		t.Fatalf("acme used %d", got)
 	}
-	// A new period starts over; a late increment for the old one is dropped.
-	add(3, day+1, QuotaItem{Key: "acme", Start: day, End: 2 * day, Used: 2})
-	add(4, day+2, QuotaItem{Key: "acme", Start: 0, End: day, Used: 9})
-	if f.QuotaUsed([]byte("acme"), day) != 2 || f.QuotaUsed([]byte("acme"), 0) != 0 {
-		t.Fatalf("periods: %d %d", f.QuotaUsed([]byte("acme"), day), f.QuotaUsed([]byte("acme"), 0))
+	// A batch retried after an uncertain outcome (or an older one arriving
+	// late) is counted once and does not run the hook again.
+	if r := add(3, 30, "n1", 5, item("acme", 0, 4)); r.N != 0 || used("acme", 0) != 7 {
+		t.Fatalf("retried batch counted: N=%d used %d", r.N, used("acme", 0))
 	}
-	// Snapshots carry the counters.
+	add(4, 30, "n1", 4, item("acme", 0, 4))
+	if fmt.Sprint(obs.seen) != "[n1/5/2 n2/1/1]" || f.QuotaSeq("n1") != 5 {
+		t.Fatalf("observer saw %v, last seq %d", obs.seen, f.QuotaSeq("n1"))
+	}
+	// Refunds count down, never below zero.
+	add(5, 40, "n2", 2, item("beta", 0, -5))
+	if used("beta", 0) != 0 {
+		t.Fatalf("beta after refunds: %d", used("beta", 0))
+	}
+	// A new period starts over; a late increment for the old one is dropped.
+	add(6, day+1, "", 0, item("acme", day, 2))
+	add(7, day+2, "", 0, item("acme", 0, 9))
+	if used("acme", day) != 2 || used("acme", 0) != 0 {
+		t.Fatalf("periods: %d %d", used("acme", day), used("acme", 0))
+	}
+	// Another kind of period starts over even if it began earlier.
+	month := QuotaItem{Key: "acme", Start: -day, End: 30 * day, Used: 1, Limit: 1000, Period: "month UTC"}
+	add(8, day+3, "", 0, month)
+	if it, _ := f.Quota("acme"); it.Used != 1 || it.Period != "month UTC" || it.Limit != 1000 {
+		t.Fatalf("after a change of period: %+v", it)
+	}
+	add(9, day+3, "", 0, item("acme", day, 2))
+	// Snapshots carry the counters and the batch numbers.
 	snap, _ := f.Snapshot()
 	var s sink
 	snap.Persist(&s)
@@ -170,17 +200,28 @@ func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader(s.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
-	if g.QuotaUsed([]byte("acme"), day) != 2 || g.QuotaUsed([]byte("beta"), 0) != 1 {
-		t.Fatal("counters not restored")
+	if g.QuotaUsed([]byte("acme"), day, 2*day) != 2 || g.QuotaUsed([]byte("beta"), 0, day) != 0 || g.QuotaSeq("n1") != 5 || g.QuotaSeq("n2") != 2 {
+		t.Fatal("counters or batch numbers not restored")
 	}
 	// Ended periods are purged as entries pass (each apply purges a shard).
-	for i := uint64(5); i < 5+64; i++ {
-		add(i, 3*day)
+	for i := uint64(10); i < 10+64; i++ {
+		add(i, 3*day, "", 0)
 	}
 	if n := f.QuotaCounters(); n != 0 {
 		t.Fatalf("%d counters left after their periods ended", n)
 	}
-	if r := apply(f, 200, (&Entry{Type: QuotaReset, Key: "nobody"}).Encode()); r.N != 0 {
-		t.Fatal("reset of a missing counter")
+	add(300, 3*day, "", 0, item("acme", 3*day, 1))
+	if r := apply(f, 301, (&Entry{Type: QuotaReset, Keys: []string{"nobody", "acme"}}).Encode()); r.N != 1 || f.QuotaCounters() != 0 {
+		t.Fatalf("reset of one existing counter of two: N=%d, %d left", r.N, f.QuotaCounters())
+	}
+	if fmt.Sprint(obs.reset) != "[nobody acme]" {
+		t.Fatalf("observer saw resets %v", obs.reset)
 	}
 }
+
+type quotaLog struct{ seen, reset []string }
+
+func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
+	q.seen = append(q.seen, fmt.Sprintf("%s/%d/%d", origin, seq, len(items)))
+}
+func (q *quotaLog) QuotaReset(keys []string) { q.reset = append(q.reset, keys...) }

@@ -7,13 +7,17 @@ import (
 )
 
 // QuotaItem is what one quota counter used in one period [Start, End),
-// in Unix ns. In a QuotaAdd entry Used is an increment; in the state it is
-// the period's committed total.
+// in Unix ns. In a QuotaAdd entry Used is an increment (negative for
+// refunds); in the state it is the period's committed total, never below
+// zero. Period names the kind of period and its time zone ("month UTC")
+// and Limit the quota, as the proposer last charged them, for RL.QUOTA.
 type QuotaItem struct {
-	Key   string `json:"k"`
-	Start int64  `json:"s"`
-	End   int64  `json:"e"`
-	Used  int64  `json:"n"`
+	Key    string `json:"k"`
+	Start  int64  `json:"s"`
+	End    int64  `json:"e"`
+	Used   int64  `json:"n"`
+	Limit  int64  `json:"l,omitempty"`
+	Period string `json:"p,omitempty"`
 }
 
 // quotaTable holds the committed quota counters. Apply (one goroutine)
@@ -23,6 +27,11 @@ type quotaTable struct {
 	seed   maphash.Seed
 	shards [64]quotaShard
 	purge  int // the shard the next apply purges of ended periods
+
+	// seqs is the last batch applied from each proposing node: a batch is
+	// retried until its proposer sees it applied, and counted once.
+	seqMu sync.Mutex
+	seqs  map[string]uint64
 }
 
 type quotaShard struct {
@@ -31,7 +40,7 @@ type quotaShard struct {
 }
 
 func newQuotaTable() *quotaTable {
-	q := &quotaTable{seed: maphash.MakeSeed()}
+	q := &quotaTable{seed: maphash.MakeSeed(), seqs: map[string]uint64{}}
 	for i := range q.shards {
 		q.shards[i].m = map[string]QuotaItem{}
 	}
@@ -42,34 +51,76 @@ func (q *quotaTable) shard(key []byte) *quotaShard {
 	return &q.shards[maphash.Bytes(q.seed, key)%uint64(len(q.shards))]
 }
 
-// Used returns the committed count of key in the period starting at start.
+// Used returns the committed count of key in the period [start, end).
 // It does not allocate.
-func (q *quotaTable) Used(key []byte, start int64) int64 {
+func (q *quotaTable) Used(key []byte, start, end int64) int64 {
 	sh := q.shard(key)
 	sh.mu.RLock()
 	it, ok := sh.m[string(key)]
 	sh.mu.RUnlock()
-	if ok && it.Start == start {
+	if ok && it.Start == start && it.End == end {
 		return it.Used
 	}
 	return 0
 }
 
-// add counts an increment. An increment for an older period than the one
-// held is dropped (that period is over); a newer one starts its period.
+// Get returns key's counter.
+func (q *quotaTable) Get(key string) (QuotaItem, bool) {
+	sh := q.shard([]byte(key))
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	it, ok := sh.m[key]
+	return it, ok
+}
+
+// add counts an increment. A counter whose kind of period changed starts
+// over; within one kind, an increment for an earlier period than the one
+// held is dropped (that period is over) and a later one starts its period.
 func (q *quotaTable) add(in QuotaItem) {
 	sh := q.shard([]byte(in.Key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	it, ok := sh.m[in.Key]
 	switch {
-	case !ok || in.Start > it.Start:
-		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End}
+	case !ok || in.Period != it.Period || in.Start > it.Start:
+		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End, Period: in.Period}
 	case in.Start < it.Start:
 		return
 	}
-	it.Used += in.Used
+	it.Used = max(it.Used+in.Used, 0)
+	if in.Limit > 0 {
+		it.Limit = in.Limit
+	}
 	sh.m[in.Key] = it
+}
+
+// fresh reports whether batch seq from origin is newer than the last one
+// applied from it, and records it.
+func (q *quotaTable) fresh(origin string, seq uint64) bool {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	if seq <= q.seqs[origin] {
+		return false
+	}
+	q.seqs[origin] = seq
+	return true
+}
+
+// LastSeq returns the last batch applied from origin.
+func (q *quotaTable) LastSeq(origin string) uint64 {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	return q.seqs[origin]
+}
+
+func (q *quotaTable) seqsCopy() map[string]uint64 {
+	q.seqMu.Lock()
+	defer q.seqMu.Unlock()
+	m := make(map[string]uint64, len(q.seqs))
+	for k, v := range q.seqs {
+		m[k] = v
+	}
+	return m
 }
 
 // reset forgets key's counter and reports whether there was one.
@@ -112,8 +163,14 @@ func (q *quotaTable) items() []QuotaItem {
 	return out
 }
 
-// replace sets the table to items (restore).
-func (q *quotaTable) replace(items []QuotaItem) {
+// replace sets the table to items and batch numbers (restore).
+func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
+	q.seqMu.Lock()
+	q.seqs = map[string]uint64{}
+	for k, v := range seqs {
+		q.seqs[k] = v
+	}
+	q.seqMu.Unlock()
 	for i := range q.shards {
 		sh := &q.shards[i]
 		sh.mu.Lock()

@@ -1,0 +1,269 @@
+package budget
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+func at(t *testing.T, zone, clock string) int64 {
+	t.Helper()
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := time.ParseInLocation("2006-01-02 15:04", clock, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixNano()
+}
+
+func TestPeriodBoundsFollowTheZonesCalendar(t *testing.T) {
+	cases := []struct {
+		period, zone, now, start, end string // start and end in the zone
+		hours                         float64
+	}{
+		{"month", "UTC", "2026-02-14 10:00", "2026-02-01 00:00", "2026-03-01 00:00", 28 * 24},
+		{"month", "UTC", "2026-12-31 23:59", "2026-12-01 00:00", "2027-01-01 00:00", 31 * 24},
+		{"year", "UTC", "2028-07-01 00:00", "2028-01-01 00:00", "2029-01-01 00:00", 366 * 24},
+		// 2026-11-22 is a Sunday: its week began on Monday the 16th.
+		{"week", "UTC", "2026-11-22 23:00", "2026-11-16 00:00", "2026-11-23 00:00", 7 * 24},
+		{"week", "UTC", "2026-11-23 00:00", "2026-11-23 00:00", "2026-11-30 00:00", 7 * 24},
+		{"day", "UTC", "2026-11-22 00:00", "2026-11-22 00:00", "2026-11-23 00:00", 24},
+		// Daylight saving time: Paris's last Sunday of March has 23 hours,
+		// and its March has one hour less.
+		{"day", "Europe/Paris", "2026-03-29 12:00", "2026-03-29 00:00", "2026-03-30 00:00", 23},
+		{"month", "Europe/Paris", "2026-03-29 12:00", "2026-03-01 00:00", "2026-04-01 00:00", 31*24 - 1},
+		{"day", "America/New_York", "2026-11-01 12:00", "2026-11-01 00:00", "2026-11-02 00:00", 25},
+		// An hour in a zone half an hour off UTC starts at half past, UTC.
+		{"hour", "Asia/Kolkata", "2026-11-22 10:59", "2026-11-22 10:00", "2026-11-22 11:00", 1},
+		// A month in Tokyo starts while UTC is still in the previous one.
+		{"month", "Asia/Tokyo", "2026-12-01 03:00", "2026-12-01 00:00", "2027-01-01 00:00", 31 * 24},
+	}
+	for _, c := range cases {
+		p, err := ParsePeriod(c.period, c.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := at(t, c.zone, c.now)
+		s, e := p.Bounds(now)
+		if s != at(t, c.zone, c.start) || e != at(t, c.zone, c.end) || float64(e-s) != c.hours*float64(time.Hour) {
+			t.Errorf("%s %s at %s: [%s, %s) (%.0fh)", c.period, c.zone, c.now,
+				time.Unix(0, s).UTC(), time.Unix(0, e).UTC(), float64(e-s)/float64(time.Hour))
+		}
+	}
+	// The hour New York repeats when clocks go back is two periods.
+	p, _ := ParsePeriod("hour", "America/New_York")
+	first := time.Date(2026, 11, 1, 5, 30, 0, 0, time.UTC).UnixNano()  // 01:30 EDT
+	second := time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC).UnixNano() // 01:30 EST
+	s1, e1 := p.Bounds(first)
+	s2, e2 := p.Bounds(second)
+	if e1 != s2 || e1-s1 != int64(time.Hour) || e2-s2 != int64(time.Hour) || s1 != first-int64(30*time.Minute) {
+		t.Errorf("repeated hour: [%d, %d) then [%d, %d)", s1, e1, s2, e2)
+	}
+	// Codes travel in a limit and come back.
+	q, _ := ParsePeriod("week", "Europe/Paris")
+	if back, ok := PeriodOfCode(q.Code()); !ok || back != q || back.Zone() != "Europe/Paris" || back.String() != "week" {
+		t.Errorf("code round trip: %v %v", back, ok)
+	}
+	if _, ok := PeriodOfCode(1 << 40); ok {
+		t.Error("an unknown zone's code decoded")
+	}
+}
+
+func TestQuotaConfigIsValidated(t *testing.T) {
+	for _, c := range []struct{ in, err string }{
+		{`{"quota":{"limit":10,"period":"fortnight"}}`, "quota.period must be one of hour, day, week, month, year"},
+		{`{"quota":{"limit":10,"period":"day","timezone":"Mars/Olympus"}}`, "quota time zone 'Mars/Olympus' is not an IANA time zone name"},
+		{`{"quota":{"limit":10,"period":"day","timezone":"Local"}}`, "quota time zone 'Local'"},
+		{`{"quota":{"limit":0}}`, "quota.limit must be an integer between 1 and"},
+		{`{"quota":{"period":"day"}}`, "quota.limit is required"},
+	} {
+		_, err := ParseJSON([]byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: %v, want %q", c.in, err, c.err)
+		}
+	}
+	for _, c := range []struct{ in, err string }{
+		{"RATE 5 QUOTA 10 PER fortnight", "quota.period must be one of"},
+		{"QUOTA 10 PER day TZ Nowhere/Town", "quota time zone 'Nowhere/Town'"},
+		{"QUOTA ten", "QUOTA must be an integer between 1 and"},
+	} {
+		_, err := ParseKeywords(bytesArgs(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: %v, want %q", c.in, err, c.err)
+		}
+	}
+	kw, err := ParseKeywords(bytesArgs("RATE 5 QUOTA 1000 PER week TZ Europe/Paris"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := ParseJSON([]byte(`{"sustained":{"rate":5},"quota":{"limit":1000,"period":"week","timezone":"Europe/Paris"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := kw.MarshalJSON()
+	b, _ := js.MarshalJSON()
+	if string(a) != string(b) || !strings.Contains(string(a), `"quota":{"limit":1000,"period":"week","timezone":"Europe/Paris"}`) {
+		t.Fatalf("keywords %s\njson %s", a, b)
+	}
+	// The period defaults to month, the zone to UTC.
+	c, err := ParseJSON([]byte(`{"quota":{"limit":7}}`))
+	if err != nil || c.Quota.Period != "month" || c.Quota.Timezone != "UTC" || c.Quota.Per().String() != "month" {
+		t.Fatalf("defaults: %+v %v", c.Quota, err)
+	}
+}
+
+// committed stands in for the cluster's committed counts.
+type committed map[string]int64
+
+func (m committed) QuotaUsed(key []byte, start, end int64) int64 { return m[string(key)] }
+
+func quotaCall(tr *Tree, s *engine.Store, now int64, path, subject string, cost int64, q QuotaCounts) Outcome {
+	c := Call{Path: []byte(path), Subject: []byte(subject), Quotas: q}
+	if cost > 0 {
+		c.Cost, c.HasCost = cost, true
+	}
+	var sc Scratch
+	o, err := tr.Acquire(s, now, &c, &sc)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+func TestQuotaAtEveryChargedLevel(t *testing.T) {
+	tr := buildTree(t, map[string]string{
+		// A plan: every user gets 10/s and 5 a day.
+		"plans/free": `{"sustained":{"rate":10},"scope":"user","quota":{"limit":5,"period":"day"}}`,
+		// A partner whose tenants share 8 a day between them.
+		"p":   `{"sharing":"enforce","sustained":{"rate":1000},"quota":{"limit":8,"period":"day"}}`,
+		"p/a": `{"sustained":{"rate":100}}`,
+		"p/b": `{"sustained":{"rate":100}}`,
+		// Tenants created on the fly inherit 3 a month each.
+		"t": `{"sharing":"inherit","sustained":{"rate":100},"quota":{"limit":3,"period":"month"}}`,
+		// A quota and no rate at all.
+		"q": `{"quota":{"limit":2,"period":"hour"}}`,
+	})
+	s := engine.New(engine.Options{Shards: 4})
+	now := at(t, "UTC", "2026-11-22 18:00")
+	midnight := at(t, "UTC", "2026-11-23 00:00")
+	for i := 0; i < 5; i++ {
+		if o := quotaCall(tr, s, now, "plans/free", "alice", 1, nil); o.Allowed != 1 || o.Result.Remaining != int64(4-i) || string(o.LimitedBy) != "quota:plans/free#alice" {
+			t.Fatalf("alice call %d: %+v %s", i, o.Result, o.LimitedBy)
+		}
+	}
+	o := quotaCall(tr, s, now, "plans/free", "alice", 1, nil)
+	if o.Allowed != 0 || o.Result.RetryAfter != midnight-now || string(o.LimitedBy) != "quota:plans/free#alice" {
+		t.Fatalf("alice's 6th: %+v %s", o.Result, o.LimitedBy)
+	}
+	if o := quotaCall(tr, s, now, "plans/free", "bob", 1, nil); o.Allowed != 1 {
+		t.Fatalf("bob has his own quota: %+v", o)
+	}
+	// The next day alice starts over; the committed count of that day
+	// (from other nodes) counts too.
+	next := committed{QuotaKeyPrefix + "plans/free#alice": 3}
+	if o := quotaCall(tr, s, midnight, "plans/free", "alice", 2, next); o.Allowed != 1 || o.Result.Remaining != 0 {
+		t.Fatalf("next day: %+v", o.Result)
+	}
+	if o := quotaCall(tr, s, midnight, "plans/free", "alice", 1, next); o.Allowed != 0 {
+		t.Fatalf("next day, 3 committed + 2: %+v", o.Result)
+	}
+
+	// p's quota is an aggregate over its tenants.
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		path := []string{"p/a", "p/b"}[i%2]
+		if o := quotaCall(tr, s, now, path, "", 1, nil); o.Allowed == 1 {
+			admitted++
+		} else if string(o.LimitedBy) != "quota:p" {
+			t.Fatalf("denied by %s", o.LimitedBy)
+		}
+	}
+	if admitted != 8 {
+		t.Fatalf("p/a and p/b admitted %d under p's 8 a day", admitted)
+	}
+
+	// Implicit children of t each have 3 a month.
+	for _, tenant := range []string{"t/x", "t/y"} {
+		n := 0
+		for i := 0; i < 5; i++ {
+			if o := quotaCall(tr, s, now, tenant, "", 1, nil); o.Allowed == 1 {
+				n++
+			} else if string(o.LimitedBy) != "quota:"+tenant {
+				t.Fatalf("%s denied by %s", tenant, o.LimitedBy)
+			}
+		}
+		if n != 3 {
+			t.Fatalf("%s admitted %d of 3 a month", tenant, n)
+		}
+	}
+
+	// A quota alone: 2 an hour, COST above it never fits.
+	if o := quotaCall(tr, s, now, "q", "", 3, nil); o.Allowed != 0 || o.Result.RetryAfter != -1 || o.Result.Limit != 2 {
+		t.Fatalf("cost 3 of 2: %+v", o.Result)
+	}
+	if o := quotaCall(tr, s, now, "q", "", 2, nil); o.Allowed != 1 || o.Result.Remaining != 0 || string(o.LimitedBy) != "quota:q" {
+		t.Fatalf("cost 2 of 2: %+v %s", o.Result, o.LimitedBy)
+	}
+	if o := quotaCall(tr, s, now+int64(time.Hour), "q", "", 2, nil); o.Allowed != 1 {
+		t.Fatalf("the next hour: %+v", o.Result)
+	}
+}
+
+func TestQuotaRefundStatusAndReset(t *testing.T) {
+	tr := buildTree(t, map[string]string{
+		"org":      `{"sharing":"enforce","sustained":{"rate":1000},"quota":{"limit":100,"period":"month","timezone":"Europe/Paris"}}`,
+		"org/team": `{"sustained":{"rate":1000},"scope":"user","quota":{"limit":40,"period":"week"}}`,
+	})
+	s := engine.New(engine.Options{Shards: 4})
+	now := at(t, "Europe/Paris", "2026-11-22 18:00")
+	var sc Scratch
+	call := Call{Path: []byte("org/team"), Subject: []byte("u1"), Cost: 30, HasCost: true}
+	if o, err := tr.Acquire(s, now, &call, &sc); err != nil || o.Allowed != 1 || string(o.LimitedBy) != "quota:org/team#u1" || o.Result.Remaining != 10 {
+		t.Fatalf("30 of 40: %+v %s %v", o.Result, o.LimitedBy, err)
+	}
+	st, ok, err := tr.Quota(s, now, &Call{Path: []byte("org/team"), Subject: []byte("u1")}, &sc)
+	if err != nil || !ok || string(st.Level) != "org/team#u1" || st.Used != 30 || st.Limit != 40 || st.Period.String() != "week" ||
+		st.End != at(t, "UTC", "2026-11-23 00:00") {
+		t.Fatalf("status %+v %v %v", st, ok, err)
+	}
+	// u2 and u3 spend 65 more of org's 100: org is then the tightest for
+	// u1 too.
+	call.Subject, call.Cost = []byte("u2"), 35
+	tr.Acquire(s, now, &call, &sc)
+	call.Subject, call.Cost = []byte("u3"), 30
+	tr.Acquire(s, now, &call, &sc)
+	st, _, _ = tr.Quota(s, now, &Call{Path: []byte("org/team"), Subject: []byte("u1")}, &sc)
+	if string(st.Level) != "org" || st.Used != 95 || st.Period.Zone() != "Europe/Paris" || st.End != at(t, "Europe/Paris", "2026-12-01 00:00") {
+		t.Fatalf("org status %+v", st)
+	}
+	// A refund gives the quota back at every level.
+	if o, err := tr.Refund(s, now, &Call{Path: []byte("org/team"), Subject: []byte("u1")}, 30, &sc); err != nil || o.Result.Remaining != 35 || o.Result.Limit != 100 {
+		t.Fatalf("after refund: %+v %v", o.Result, err)
+	}
+	if st, _, _ := tr.Quota(s, now, &Call{Path: []byte("org")}, &sc); st.Used != 65 {
+		t.Fatalf("org after refund: %+v", st)
+	}
+	// RL.RESET leaves quotas alone; RL.QUOTA RESET forgets the target's.
+	if _, err := tr.Reset(s, &Call{Path: []byte("org/team"), Subject: []byte("u2")}, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := tr.Quota(s, now, &Call{Path: []byte("org/team"), Subject: []byte("u2")}, &sc); st.Used != 35 || string(st.Level) != "org/team#u2" {
+		t.Fatalf("RL.RESET touched the quota: %+v", st)
+	}
+	keys, err := tr.QuotaKeys(&Call{Path: []byte("org/team"), Subject: []byte("u2")}, &sc)
+	if err != nil || strings.Join(keys, ",") != "b|org/team#u2" {
+		t.Fatalf("keys for u2: %v %v", keys, err)
+	}
+	keys, _ = tr.QuotaKeys(&Call{Path: []byte("org")}, &sc)
+	if strings.Join(keys, ",") != "b|org\x01" {
+		t.Fatalf("keys for org: %q", keys)
+	}
+	if _, ok, _ := tr.Quota(s, now, &Call{Path: []byte("nowhere/x")}, &sc); ok {
+		t.Fatal("a quota where none is configured")
+	}
+}
