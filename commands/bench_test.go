@@ -49,3 +49,45 @@ func BenchmarkExecBudgetAcquire(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkExecAcquireWithQuota(b *testing.B) {
+	env := testEnv(b)
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte("key:" + strconv.Itoa(i))
+	}
+	args := [][]byte{[]byte("RL.ACQUIRE"), nil, []byte("RATE"), []byte("100000"), []byte("QUOTA"), []byte("1000000000000"),
+		[]byte("PER"), []byte("month"), []byte("TZ"), []byte("Europe/Paris")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		args[1] = keys[i&1023]
+		env.Exec(c, s, args)
+		if i&1023 == 0 {
+			c.Reset()
+		}
+	}
+}
+
+func BenchmarkExecBudgetAcquireWithQuota(b *testing.B) {
+	env := testEnv(b)
+	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce", "QUOTA", "1000000000000", "PER", "month")
+	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SCOPE", "user", "QUOTA", "1000000000000", "PER", "day")
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	args := [][]byte{[]byte("RL.ACQUIRE"), []byte("system/p/t"), []byte("KEY"), []byte("user-1")}
+	env.Exec(c, s, args)
+	if got := string(c.Bytes()); got[:4] != "*6\r\n" {
+		b.Fatalf("reply %q", got)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		env.Exec(c, s, args)
+		if i&1023 == 0 {
+			c.Reset()
+		}
+	}
+}

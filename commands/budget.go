@@ -149,7 +149,7 @@ func (env *Env) counters(tree *budget.Tree, label string) acquireCounters {
 func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 	tree := ctx.Env.Cluster.State().Tree
 	call := budget.Call{Path: la.target, Subject: la.subject, Cost: la.cost, HasCost: la.hasCost,
-		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek}
+		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek, Quotas: ctx.Env.Quotas}
 	now := ctx.Now()
 	out, err := tree.Acquire(ctx.Env.Store, now, &call, &ctx.S.scratch)
 	if err != nil {
@@ -160,7 +160,7 @@ func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 	if out.Allowed == 1 && r.Wait > 0 && !call.DryRun {
 		if ctx.hold(r.Wait) {
 			// Describe the levels as they are now, when the reply goes out.
-			peek := budget.Call{Path: call.Path, Subject: call.Subject, HasCost: true, HasWait: true, DryRun: true}
+			peek := budget.Call{Path: call.Path, Subject: call.Subject, HasCost: true, HasWait: true, DryRun: true, Quotas: call.Quotas}
 			if cur, err := tree.Acquire(ctx.Env.Store, ctx.Env.Clock(), &peek, &ctx.S.scratch); err == nil {
 				r.Remaining, r.ResetAfter = cur.Result.Remaining, cur.Result.ResetAfter
 			}
@@ -185,7 +185,7 @@ func budgetTarget(ctx *Ctx, path []byte) bool {
 
 func budgetRefund(ctx *Ctx, la *limitArgs) {
 	tree := ctx.Env.Cluster.State().Tree
-	call := budget.Call{Path: la.target, Subject: la.subject}
+	call := budget.Call{Path: la.target, Subject: la.subject, Quotas: ctx.Env.Quotas}
 	out, err := tree.Refund(ctx.Env.Store, ctx.Now(), &call, la.cost, &ctx.S.scratch)
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())

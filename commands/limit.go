@@ -2,8 +2,10 @@ package commands
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 )
 
@@ -15,13 +17,13 @@ func limitCommands() []*Command {
 	return []*Command{
 		{Name: "RL.ACQUIRE", Arity: -2, Flags: 0, FirstKey: 1, Handler: acquireCmd,
 			Summary: "Check a limit and consume tokens if admitted.",
-			Syntax:  "key RATE n [PER unit] [BURST n] [ALGO name] [COST n] [WAIT ms] [DRYRUN] | path [KEY subject] [COST n] [WAIT ms] [DRYRUN]"},
+			Syntax:  "key RATE n [PER unit] [BURST n] [ALGO name] [QUOTA n PER period [TZ zone]] [COST n] [WAIT ms] [DRYRUN] | path [KEY subject] [COST n] [WAIT ms] [DRYRUN]"},
 		{Name: "RL.PEEK", Arity: -2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: peekCmd,
 			Summary: "Report what RL.ACQUIRE would answer, consuming nothing.",
-			Syntax:  "key|path [KEY subject] [RATE n [PER unit] [BURST n] [ALGO name]] [COST n]"},
+			Syntax:  "key|path [KEY subject] [RATE n [PER unit] [BURST n] [ALGO name]] [QUOTA n PER period [TZ zone]] [COST n]"},
 		{Name: "RL.REFUND", Arity: -4, Flags: FlagAdmin, FirstKey: 1, Handler: refundCmd,
-			Summary: "Give tokens back to a bucket, up to its capacity.",
-			Syntax:  "key|path [KEY subject] [RATE n [PER unit] [BURST n] [ALGO name]] COST n"},
+			Summary: "Give tokens back to a bucket (and its quota), up to its capacity.",
+			Syntax:  "key|path [KEY subject] [RATE n [PER unit] [BURST n] [ALGO name]] [QUOTA n PER period [TZ zone]] COST n"},
 		{Name: "RL.RESET", Arity: -2, Flags: FlagAdmin, FirstKey: 1, Handler: resetCmd,
 			Summary: "Forget a bucket, leaving it full.",
 			Syntax:  "key|path [KEY subject]"},
@@ -38,6 +40,7 @@ const (
 	optWait
 	optDryRun
 	optSubject // KEY
+	optQuota   // QUOTA n PER period [TZ zone] (with optLimit too)
 )
 
 // limitArgs are the parsed options of RL.ACQUIRE, RL.PEEK and RL.REFUND.
@@ -49,11 +52,15 @@ type limitArgs struct {
 	rate, burst                        int64
 	per                                time.Duration
 	algo                               engine.Algo
-	cost                               int64
-	hasCost                            bool
-	waitMs                             int64
-	hasWait                            bool
-	dryRun                             bool
+	// Inline calendar quota (QUOTA n PER period [TZ zone]).
+	hasQuota bool
+	quota    int64
+	period   budget.Period
+	cost     int64
+	hasCost  bool
+	waitMs   int64
+	hasWait  bool
+	dryRun   bool
 }
 
 func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
@@ -112,8 +119,11 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 		case allowed&optDryRun != 0 && eq(a, "DRYRUN"):
 			la.dryRun = true
 			i-- // takes no value
-		case allowed&optLimit != 0 && eq(a, "QUOTA"):
-			e = "ERR QUOTA is not available in this version"
+		case allowed&(optLimit|optQuota) != 0 && eq(a, "QUOTA"):
+			if v, e = need(i, "QUOTA"); e == "" {
+				i, e = la.parseQuota(args, i)
+				i-- // the loop steps over the last value
+			}
 		default:
 			e = "ERR syntax error near '" + printable(a, 64) + "'"
 		}
@@ -125,10 +135,48 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 	if !la.hasRate && (la.hasPer || la.hasBurst || la.hasAlgo) {
 		return la, "ERR RATE is required with PER, BURST or ALGO"
 	}
-	if la.hasRate && la.subject != nil {
+	if la.inline() && la.subject != nil {
 		return la, "ERR KEY belongs to the budget form; an inline limit's key is the first argument"
 	}
 	return la, ""
+}
+
+// parseQuota parses QUOTA n [PER period] [TZ zone] starting at args[i]
+// (QUOTA) and returns the index of its last value.
+func (la *limitArgs) parseQuota(args [][]byte, i int) (int, string) {
+	var e string
+	if la.quota, e = intArg(args[i+1], "QUOTA", 1, engine.MaxRate); e != "" {
+		return i, e
+	}
+	i++
+	period, zone := "month", ""
+	if i+1 < len(args) && eq(args[i+1], "PER") {
+		if i+2 >= len(args) {
+			return i, "ERR syntax error: QUOTA n PER needs a period"
+		}
+		period, i = string(args[i+2]), i+2
+	}
+	if i+1 < len(args) && eq(args[i+1], "TZ") {
+		if i+2 >= len(args) {
+			return i, "ERR syntax error: TZ needs a time zone"
+		}
+		zone, i = string(args[i+2]), i+2
+	}
+	p, err := budget.ParsePeriod(period, zone)
+	if err != nil {
+		return i, strings.Replace(err.Error(), "quota period", "QUOTA … PER", 1)
+	}
+	la.hasQuota, la.period = true, p
+	return i, ""
+}
+
+// inline reports whether the call carries its own limit (RATE or QUOTA).
+func (la *limitArgs) inline() bool { return la.hasRate || la.hasQuota }
+
+// quotaLimit builds the inline quota's limit.
+func (la *limitArgs) quotaLimit() engine.Limit {
+	l, _ := engine.NewQuotaLimit(la.quota, la.period.Code()) // both checked by parseQuota
+	return l
 }
 
 // limit builds the inline limit, or the reply explaining why it cannot.
@@ -211,7 +259,7 @@ func acquireCmd(ctx *Ctx) {
 	if !ctx.checkKey(la.target) {
 		return
 	}
-	if !la.hasRate {
+	if !la.inline() {
 		budgetAcquire(ctx, &la, false)
 		return
 	}
@@ -219,9 +267,12 @@ func acquireCmd(ctx *Ctx) {
 	if la.hasCost {
 		cost = la.cost
 	}
+	rate := &lim
+	if !la.hasRate {
+		rate = nil // a quota alone
+	}
 	now := ctx.Now()
-	req := engine.Request{Key: la.target, Limit: &lim, Cost: cost}
-	r := ctx.Env.Store.Acquire(now, req, la.waitMs*int64(time.Millisecond), la.dryRun)
+	r, limitedBy := ctx.inlineCall(&la, rate, now, cost, la.waitMs*int64(time.Millisecond), la.dryRun)
 	allowed := 0
 	if r.Allowed {
 		allowed = 1
@@ -229,21 +280,83 @@ func acquireCmd(ctx *Ctx) {
 	if r.Allowed && r.Wait > 0 && !la.dryRun {
 		if ctx.hold(r.Wait) {
 			// Describe the bucket as it is now, when the reply goes out.
-			now := ctx.Env.Clock()
-			cur := ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: &lim}, 0, true)
-			r.Remaining, r.ResetAfter = cur.Remaining, cur.ResetAfter
+			cur, by := ctx.inlineCall(&la, rate, ctx.Env.Clock(), 0, 0, true)
+			r.Remaining, r.ResetAfter, limitedBy = cur.Remaining, cur.ResetAfter, by
 		} else {
 			// Stopping: give the reserved tokens back rather than admit early.
 			later := ctx.Env.Clock()
-			back, _ := ctx.Env.Store.Refund(later, engine.SpaceInline, la.target, &lim, cost)
+			back, by := ctx.inlineRefund(&la, rate, later, cost)
 			allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
-			r.Remaining, r.ResetAfter = back.Remaining, back.ResetAfter
+			r.Remaining, r.ResetAfter, limitedBy = back.Remaining, back.ResetAfter, by
 		}
 	}
 	if !la.dryRun {
 		ctx.Env.Metrics.inline.count(allowed, cost)
 	}
-	writeResult(ctx, allowed, &r, la.target)
+	writeResult(ctx, allowed, &r, limitedBy)
+}
+
+// inlineQuotaPrefix starts the counter key of an inline quota (budget
+// quotas use budget.QuotaKeyPrefix).
+const inlineQuotaPrefix = "i|"
+
+// inlineCall charges an inline call at now — its bucket under rate unless
+// rate is nil, and its quota if it has one — or with dry only evaluates
+// it. It returns the result and the limited_by of its tightest level.
+func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait int64, dry bool) (engine.Result, []byte) {
+	if !la.hasQuota {
+		return ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: rate, Cost: cost}, wait, dry), la.target
+	}
+	qlim := la.quotaLimit()
+	var reqs [2]engine.Request
+	n := 0
+	if rate != nil {
+		reqs[0] = engine.Request{Key: la.target, Limit: rate, Cost: cost}
+		n = 1
+	}
+	reqs[n] = ctx.inlineQuota(la, &qlim, now, cost)
+	r := ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
+	if r.Level == n {
+		return r, ctx.quotaName(la.target)
+	}
+	return r, la.target
+}
+
+// inlineQuota returns the request of an inline call's quota counter in the
+// period holding now, on top of the cluster's committed count.
+func (ctx *Ctx) inlineQuota(la *limitArgs, qlim *engine.Limit, now, cost int64) engine.Request {
+	key := append(append(ctx.S.qkey[:0], inlineQuotaPrefix...), la.target...)
+	ctx.S.qkey = key
+	start, end := la.period.Bounds(now)
+	var base int64
+	if q := ctx.Env.Quotas; q != nil {
+		base = q.QuotaUsed(key, start, end)
+	}
+	return engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end, Base: base}
+}
+
+// quotaName is limited_by for a quota: "quota:" and the level.
+func (ctx *Ctx) quotaName(level []byte) []byte {
+	ctx.S.qname = append(append(ctx.S.qname[:0], "quota:"...), level...)
+	return ctx.S.qname
+}
+
+// inlineRefund gives n tokens back to an inline call's bucket (unless rate
+// is nil) and quota, and describes the call afterwards.
+func (ctx *Ctx) inlineRefund(la *limitArgs, rate *engine.Limit, now, n int64) (engine.Result, []byte) {
+	if !la.hasQuota {
+		r, _ := ctx.Env.Store.Refund(now, engine.SpaceInline, la.target, rate, n)
+		return r, la.target
+	}
+	if rate != nil {
+		ctx.Env.Store.Refund(now, engine.SpaceInline, la.target, rate, n)
+	}
+	qlim := la.quotaLimit()
+	q := ctx.inlineQuota(la, &qlim, now, 0)
+	ctx.Env.Store.RefundQuota(now, q.Key, &qlim, q.PeriodStart, q.PeriodEnd, q.Base, n)
+	r, by := ctx.inlineCall(la, rate, now, 0, 0, true)
+	r.Allowed = true
+	return r, by
 }
 
 func peekCmd(ctx *Ctx) {
@@ -255,11 +368,11 @@ func peekCmd(ctx *Ctx) {
 	if !ctx.checkKey(la.target) {
 		return
 	}
-	if !la.hasRate && budgetTarget(ctx, la.target) {
+	if !la.inline() && budgetTarget(ctx, la.target) {
 		budgetAcquire(ctx, &la, true)
 		return
 	}
-	lim, ok := inlineLimit(ctx, &la)
+	rate, ok := inlineRate(ctx, &la)
 	if !ok {
 		return
 	}
@@ -267,12 +380,26 @@ func peekCmd(ctx *Ctx) {
 	if la.hasCost {
 		cost = la.cost
 	}
-	r := ctx.Env.Store.Acquire(ctx.Now(), engine.Request{Key: la.target, Limit: &lim, Cost: cost}, 0, true)
+	r, by := ctx.inlineCall(&la, rate, ctx.Now(), cost, 0, true)
 	allowed := 0
 	if r.Allowed {
 		allowed = 1
 	}
-	writeResult(ctx, allowed, &r, la.target)
+	writeResult(ctx, allowed, &r, by)
+}
+
+// inlineRate returns the bucket limit an inline PEEK or REFUND works
+// with: nil for a quota alone, else as inlineLimit.
+func inlineRate(ctx *Ctx, la *limitArgs) (*engine.Limit, bool) {
+	if la.hasQuota && !la.hasRate {
+		if la.subject != nil {
+			ctx.Conn.WriteError("ERR KEY belongs to the budget form; an inline limit's key is the first argument")
+			return nil, false
+		}
+		return nil, true
+	}
+	l, ok := inlineLimit(ctx, la)
+	return &l, ok
 }
 
 // inlineLimit returns the limit an inline PEEK or REFUND works with: the
@@ -312,16 +439,16 @@ func refundCmd(ctx *Ctx) {
 	if !ctx.checkKey(la.target) {
 		return
 	}
-	if !la.hasRate && budgetTarget(ctx, la.target) {
+	if !la.inline() && budgetTarget(ctx, la.target) {
 		budgetRefund(ctx, &la)
 		return
 	}
-	lim, ok := inlineLimit(ctx, &la)
+	rate, ok := inlineRate(ctx, &la)
 	if !ok {
 		return
 	}
-	r, _ := ctx.Env.Store.Refund(ctx.Now(), engine.SpaceInline, la.target, &lim, la.cost)
-	writeResult(ctx, 1, &r, la.target)
+	r, by := ctx.inlineRefund(&la, rate, ctx.Now(), la.cost)
+	writeResult(ctx, 1, &r, by)
 }
 
 func resetCmd(ctx *Ctx) {

@@ -81,7 +81,7 @@ type Registry struct {
 // NewRegistry returns a registry holding every sluice command.
 func NewRegistry() *Registry {
 	r := &Registry{byName: map[string]*Command{}}
-	for _, group := range [][]*Command{connCommands(), serverCommands(), limitCommands(), budgetCommands(), clusterCommands(), syncCommands()} {
+	for _, group := range [][]*Command{connCommands(), serverCommands(), limitCommands(), budgetCommands(), clusterCommands(), syncCommands(), quotaCommands()} {
 		for _, c := range group {
 			r.add(c)
 		}

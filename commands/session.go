@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/raftfsm"
 )
 
 // Role is what an authenticated user may do.
@@ -68,6 +69,8 @@ type Session struct {
 
 	ctx     Ctx
 	scratch budget.Scratch
+	// qkey and qname hold an inline quota's counter key and limited_by.
+	qkey, qname []byte
 
 	// The last command name and inline limit this connection sent: clients
 	// repeat them, and recognising the same bytes is cheaper than looking
@@ -307,8 +310,17 @@ type Env struct {
 	SyncInterval time.Duration
 	// Peers records the consumption messages of other nodes.
 	Peers Peers
+	// Quotas holds the cluster's committed quota counts (the Raft state
+	// machine); nil counts only this node's.
+	Quotas QuotaState
 
 	labels atomic.Pointer[budgetLabels]
+}
+
+// QuotaState is the committed quota counters; *raftfsm.FSM implements it.
+type QuotaState interface {
+	QuotaUsed(key []byte, start, end int64) int64
+	Quota(key string) (raftfsm.QuotaItem, bool)
 }
 
 // Setting is one configuration value as CONFIG GET shows it.

@@ -97,6 +97,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 		return nil, err
 	}
 	s.env.Cluster = rn
+	s.env.Quotas = rn.FSM()
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
 	s.SetReady(rn.Ready)
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
@@ -105,6 +106,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	peerClient := &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
 	y := newSyncer(n, peerClient)
 	go y.run(cfg.SyncInterval)
+	go newQuotaSyncer(n).run(cfg.SyncInterval)
 	s.Serve()
 	if cfg.Budgets != "" {
 		go n.seed(cfg.Budgets)
@@ -213,6 +215,7 @@ func raftInfo(n *raftfsm.Node, sec string) []commands.InfoField {
 		f("num_peers", st["num_peers"]), f("last_contact", st["last_contact"]),
 		f("members", strconv.Itoa(len(n.State().Members))), f("budgets", strconv.Itoa(n.State().Tree.Len())),
 		f("budget_version", strconv.FormatUint(n.State().Tree.Version(), 10)),
+		f("quota_counters", strconv.Itoa(n.FSM().QuotaCounters())),
 	}
 }
 

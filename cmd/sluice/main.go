@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	// Quota time zones must resolve the same on every node, with or
+	// without a zone database on the machine (scratch images have none).
+	_ "time/tzdata"
 
 	"github.com/sluice-rl/sluice/server"
 )

@@ -1,0 +1,199 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// committedQuota waits until n's replica holds used tokens in key's
+// counter.
+func committedQuota(t *testing.T, n *Node, key string, used int64) {
+	t.Helper()
+	raftfsm.WaitFor(t, 10*time.Second, fmt.Sprintf("%s to commit %d of %s", n.Raft.ID(), used, key), func() bool {
+		it, ok := n.Raft.FSM().Quota(key)
+		return ok && it.Used == used
+	})
+}
+
+func TestInlineQuotaCountsCalendarPeriods(t *testing.T) {
+	n := startNode(t, nil)
+	clk := fixClock(n.Server)
+	clk.Advance(18 * time.Hour) // t0 is a Wednesday, 00:00 UTC
+	c := resptest.Dial(t, n.Server.RespAddr())
+	sixHours, tomorrow := "21600000", fmt.Sprint((t0+int64(24*time.Hour))/1e9)
+	script(t, c, []exchange{
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[1 2 3 0 ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day", "COST", "2"), `[1 0 3 0 ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[0 0 3 ` + sixHours + ` ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day", "COST", "4"), `[0 0 3 -1 ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.PEEK", "k", "RATE", "100", "QUOTA", "3", "PER", "day", "COST", "0"), `[1 0 3 0 ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.QUOTA", "k", "QUOTA", "3", "PER", "day"),
+			`["level" "k" "limit" 3 "used" 3 "remaining" 0 "period" "day" "resets_at" ` + tomorrow + ` "reset_after_ms" ` + sixHours + `]`},
+	})
+	// The counts reach the replicated state once, and the node then counts
+	// them from there: still 3 used, not 6.
+	committedQuota(t, n, "i|k", 3)
+	raftfsm.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
+		return n.Server.env.Store.QuotaCount([]byte("i|k"), t0) == 0
+	})
+	script(t, c, []exchange{
+		{cmd("RL.QUOTA", "k"), `["level" "k" "limit" 3 "used" 3 "remaining" 0 "period" "day" "resets_at" ` + tomorrow + ` "reset_after_ms" ` + sixHours + `]`},
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[0 0 3 ` + sixHours + ` ` + sixHours + ` "quota:k"]`},
+		// A refund gives the quota back, committed tokens included.
+		{cmd("RL.REFUND", "k", "RATE", "100", "QUOTA", "3", "PER", "day", "COST", "1"), `[1 1 3 0 ` + sixHours + ` "quota:k"]`},
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[1 0 3 0 ` + sixHours + ` "quota:k"]`},
+	})
+	// The next day starts over.
+	clk.Advance(6 * time.Hour)
+	script(t, c, []exchange{
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[1 2 3 0 86400000 "quota:k"]`},
+		// With the quota far from its end, the rate is the tighter level.
+		{cmd("RL.ACQUIRE", "r", "RATE", "2", "QUOTA", "1000", "PER", "month"), `[1 1 2 0 500 "r"]`},
+		// A quota alone, in a time zone: Tokyo's day ends at 15:00 UTC.
+		{cmd("RL.ACQUIRE", "jp", "QUOTA", "1", "PER", "day", "TZ", "Asia/Tokyo"), `[1 0 1 0 54000000 "quota:jp"]`},
+		{cmd("RL.ACQUIRE", "jp", "QUOTA", "1", "PER", "day", "TZ", "Asia/Tokyo"), `[0 0 1 54000000 54000000 "quota:jp"]`},
+		{cmd("RL.QUOTA", "nobody"), "-ERR no quota known for 'nobody': not a budget path, and no inline quota committed for that key; give QUOTA n PER period to describe one"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "1", "QUOTA", "0", "PER", "day"), "-ERR QUOTA must be an integer between 1 and 1000000000000"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "1", "QUOTA", "5", "PER", "fortnight"), "-ERR QUOTA … PER must be one of hour, day, week, month, year"},
+		{cmd("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day", "TZ", "Mars/Olympus"), "-ERR quota time zone 'Mars/Olympus' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York"},
+		{cmd("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day", "TZ", "Local"), "-ERR quota time zone 'Local' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York"},
+		{cmd("RL.ACQUIRE", "k", "QUOTA", "5", "PER"), "-ERR syntax error: QUOTA n PER needs a period"},
+		{cmd("RL.ACQUIRE", "k", "QUOTA"), "-ERR syntax error: QUOTA needs a value"},
+		{cmd("RL.QUOTA", "k", "RATE", "5"), "-ERR syntax error near 'RATE'"},
+	})
+	if got := scrape(t, n.Server.HTTPAddr())["sluice_quota_batches_committed_total"]; got < 1 {
+		t.Fatalf("sluice_quota_batches_committed_total %v", got)
+	}
+}
+
+func TestBudgetQuotaAndReset(t *testing.T) {
+	n := startNode(t, nil)
+	clk := fixClock(n.Server)
+	c := resptest.Dial(t, n.Server.RespAddr())
+	month := fmt.Sprint(int64(16 * 24 * 3600 * 1000)) // 2023-11-15 to 2023-12-01
+	script(t, c, []exchange{
+		{cmd("RL.BUDGET", "SET", "plans/free", "RATE", "100", "SCOPE", "user", "QUOTA", "2", "PER", "month"), "+OK"},
+		{cmd("RL.ACQUIRE", "plans/free", "KEY", "alice"), `[1 1 2 0 ` + month + ` "quota:plans/free#alice"]`},
+		{cmd("RL.ACQUIRE", "plans/free", "KEY", "alice"), `[1 0 2 0 ` + month + ` "quota:plans/free#alice"]`},
+		{cmd("RL.ACQUIRE", "plans/free", "KEY", "alice"), `[0 0 2 ` + month + ` ` + month + ` "quota:plans/free#alice"]`},
+		{cmd("RL.ACQUIRE", "plans/free", "KEY", "bob"), `[1 1 2 0 ` + month + ` "quota:plans/free#bob"]`},
+		{cmd("RL.QUOTA", "plans/free", "KEY", "alice"), `["level" "plans/free#alice" "limit" 2 "used" 2 "remaining" 0 "period" "month" "resets_at" 1701388800 "reset_after_ms" ` + month + `]`},
+		{cmd("RL.QUOTA", "plans/free"), "-ERR budget 'plans/free' has scope user: KEY required"},
+		{cmd("RL.BUDGET", "SET", "norate", "RATE", "5"), "+OK"},
+		{cmd("RL.QUOTA", "norate"), "-ERR no quota applies to 'norate': neither the node nor a level it charges has one"},
+	})
+	committedQuota(t, n, "b|plans/free#alice", 2)
+	script(t, c, []exchange{
+		{cmd("RL.QUOTA", "RESET", "plans/free", "KEY", "alice"), "1"},
+		{cmd("RL.QUOTA", "RESET", "plans/free", "KEY", "carol"), "0"},
+		{cmd("RL.QUOTA", "RESET", "norate"), "-ERR no quota applies to 'norate': the node has none"},
+		{cmd("RL.ACQUIRE", "plans/free", "KEY", "alice"), `[1 1 2 0 ` + month + ` "quota:plans/free#alice"]`},
+		{cmd("RL.QUOTA", "plans/free", "KEY", "bob"), `["level" "plans/free#bob" "limit" 2 "used" 1 "remaining" 1 "period" "month" "resets_at" 1701388800 "reset_after_ms" ` + month + `]`},
+		// The quota shows in the config.
+		{cmd("RL.BUDGET", "SET", "bad", "RATE", "5", "QUOTA", "10", "PER", "day", "TZ", "Nowhere/Town"), "-ERR quota time zone 'Nowhere/Town' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York"},
+	})
+	if got := c.Do("RL.BUDGET", "GET", "plans/free"); !strings.Contains(got, `\"quota\":{\"limit\":2,\"period\":\"month\",\"timezone\":\"UTC\"}`) {
+		t.Fatalf("GET: %s", got)
+	}
+	// A limiter may read quotas but not reset them.
+	clk.Advance(time.Second)
+	if got := c.Do("RL.QUOTA", "RESET", "nobody"); !strings.HasPrefix(got, "-ERR no quota known") {
+		t.Fatalf("reset of an unknown key: %s", got)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestQuotaCountsSurviveARestart(t *testing.T) {
+	dir, raftAddr := t.TempDir(), freeAddr(t)
+	clk := NewTestClock(t0)
+	conf := func(c *Config) { c.DataDir, c.RaftAddr, c.NodeID = dir, raftAddr, "q1" }
+	n := StartTestNode(t, TestNode{Config: conf, Clock: clk})
+	c := resptest.Dial(t, n.Server.RespAddr())
+	if got := c.Do("RL.BUDGET", "SET", "org", "QUOTA", "3", "PER", "year"); got != "+OK" {
+		t.Fatal(got)
+	}
+	for i := 0; i < 3; i++ {
+		c.Do("RL.ACQUIRE", "org")
+	}
+	committedQuota(t, n, "b|org", 3)
+	n.Close()
+
+	back := StartTestNode(t, TestNode{Config: conf, Clock: clk})
+	committedQuota(t, back, "b|org", 3)
+	c = resptest.Dial(t, back.Server.RespAddr())
+	if got := c.Do("RL.ACQUIRE", "org"); !strings.HasPrefix(got, `[0 0 3 `) || !strings.HasSuffix(got, ` "quota:org"]`) {
+		t.Fatalf("after a restart the year's quota is spent, got %s", got)
+	}
+}
+
+func TestQuotaIsClusterWide(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "shared", "RATE", "1000", "QUOTA", "6", "PER", "year")
+	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
+	}
+	// Two calls on each node in turn, each pair committed everywhere before
+	// the next: the three nodes share one count.
+	for i, c := range conns {
+		for j := 0; j < 2; j++ {
+			if got := c.Do("RL.ACQUIRE", "shared"); !strings.HasPrefix(got, "[1 ") {
+				t.Fatalf("node %d call %d: %s", i, j, got)
+			}
+		}
+		for _, n := range nodes {
+			committedQuota(t, n, "b|shared", int64(2*i+2))
+		}
+	}
+	for i, c := range conns {
+		if got := c.Do("RL.ACQUIRE", "shared"); !strings.HasPrefix(got, "[0 0 6 ") || !strings.HasSuffix(got, `"quota:shared"]`) {
+			t.Fatalf("node %d after 6 of 6: %s", i, got)
+		}
+	}
+	// The count outlives the leader.
+	var survivors []*Node
+	for _, n := range nodes {
+		if n == leader {
+			n.Close()
+		} else {
+			survivors = append(survivors, n)
+		}
+	}
+	leaderOf(t, survivors...)
+	for _, n := range survivors {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		if got := c.Do("RL.QUOTA", "shared"); !strings.Contains(got, `"used" 6 "remaining" 0 "period" "year"`) {
+			t.Fatalf("%s: %s", n.Raft.ID(), got)
+		}
+	}
+	// A reset through a follower reaches every node.
+	if got := resptest.Dial(t, survivors[0].Server.RespAddr()).Do("RL.QUOTA", "RESET", "shared"); got != "1" {
+		t.Fatalf("reset: %s", got)
+	}
+	for _, n := range survivors {
+		raftfsm.WaitFor(t, 10*time.Second, "the reset to apply", func() bool {
+			_, ok := n.Raft.FSM().Quota("b|shared")
+			return !ok
+		})
+		if got := resptest.Dial(t, n.Server.RespAddr()).Do("RL.ACQUIRE", "shared"); !strings.HasPrefix(got, "[1 ") {
+			t.Fatalf("%s after reset: %s", n.Raft.ID(), got)
+		}
+	}
+}
