@@ -128,7 +128,7 @@ func (q *quotaSyncer) gather() *quotaBatch {
 	// Batch numbers grow across restarts: from the clock, and past any
 	// this node's replica has seen.
 	seq := max(uint64(time.Now().UnixNano()), q.n.Raft.FSM().QuotaSeq(q.self)+1)
-	return &quotaBatch{QuotaBatch: commands.QuotaBatch{Seq: seq, Now: q.n.Server.env.Now(), Quotas: items}}
+	return &quotaBatch{QuotaBatch: commands.QuotaBatch{Seq: seq, Now: q.n.Server.env.Clock(), Quotas: items}}
 }
 
 // QuotaAdded settles this node's batch when its own replica applies it.

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// quotaPairs reads RL.QUOTA's flat pairs into a map.
+func quotaPairs(c *redis.Client, args ...any) (map[string]any, error) {
+	v, err := c.Do(context.Background(), append([]any{"RL.QUOTA"}, args...)...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]any{}
+	for i := 0; i+1 < len(v); i += 2 {
+		m[fmt.Sprint(v[i])] = v[i+1]
+	}
+	return m, nil
+}
+
+func TestQuotasOnTheRealBinaryOutliveARestart(t *testing.T) {
+	dir, raft := t.TempDir(), "127.0.0.1:"+freePort(t)
+	args := []string{"--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--raft-addr", raft, "--data-dir", dir}
+	p := start(t, args...)
+	c := client(t, p.Resp)
+	waitReady(t, c)
+
+	// Inline: 3 a day beside a rate; a budget node: 2 a month per user.
+	for i := 0; i < 3; i++ {
+		r := do(t, c, "RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "day").([]any)
+		if r[0].(int64) != 1 || r[5] != "quota:api:acme" {
+			t.Fatalf("call %d: %v", i, r)
+		}
+	}
+	do(t, c, "RL.BUDGET", "SET", "plans/free", "RATE", 100, "SCOPE", "user", "QUOTA", 2, "PER", "month", "TZ", "America/New_York")
+	for i := 0; i < 2; i++ {
+		do(t, c, "RL.ACQUIRE", "plans/free", "KEY", "alice")
+	}
+	// RL.QUOTA without QUOTA arguments knows an inline key once its count
+	// is committed.
+	eventually(t, 10*time.Second, "the inline count to be committed", func() bool {
+		m, err := quotaPairs(c, "api:acme")
+		return err == nil && m["used"] == int64(3) && m["remaining"] == int64(0) && m["period"] == "day"
+	})
+	m, err := quotaPairs(c, "plans/free", "KEY", "alice")
+	if err != nil || m["level"] != "plans/free#alice" || m["used"] != int64(2) || m["limit"] != int64(2) || m["period"] != "month" {
+		t.Fatalf("RL.QUOTA plans/free KEY alice: %v %v", m, err)
+	}
+	now := time.Now()
+	ny, _ := time.LoadLocation("America/New_York")
+	y, mo, _ := now.In(ny).Date()
+	if want := time.Date(y, mo+1, 1, 0, 0, 0, 0, ny).Unix(); m["resets_at"] != want {
+		t.Fatalf("resets_at %v, want %d (the 1st of next month in New York)", m["resets_at"], want)
+	}
+	eventually(t, 10*time.Second, "alice's count to be committed", func() bool {
+		r, err := c.Do(context.Background(), "INFO", "raft").Text()
+		return err == nil && strings.Contains(r, "quota_counters:2\r\n")
+	})
+	if err := p.stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	p = start(t, args...)
+	c = client(t, p.Resp)
+	waitReady(t, c)
+	for _, call := range [][]any{
+		{"RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "day"},
+		{"RL.ACQUIRE", "plans/free", "KEY", "alice"},
+	} {
+		r := do(t, c, call...).([]any)
+		if r[0].(int64) != 0 || r[1].(int64) != 0 || r[3].(int64) <= 0 {
+			t.Fatalf("%v after a restart: %v (the quota is spent)", call, r)
+		}
+	}
+	if r := do(t, c, "RL.ACQUIRE", "plans/free", "KEY", "bob").([]any); r[0].(int64) != 1 || r[5] != "quota:plans/free#bob" {
+		t.Fatalf("bob: %v", r)
+	}
+}
