@@ -197,3 +197,34 @@ func TestQuotaIsClusterWide(t *testing.T) {
 		}
 	}
 }
+
+func TestQuotaBoundAcrossNodes(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "spreadq", "RATE", "1000", "QUOTA", "10", "PER", "year")
+	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
+	}
+	// A call every 50 ms, round-robin: each node sees one every 150 ms,
+	// more than a sync interval (100 ms) plus a commit, so each other node
+	// has at most one call the others do not know of yet.
+	for _, form := range [][]string{
+		{"RL.ACQUIRE", "spreadq"},
+		{"RL.ACQUIRE", "spreadq-inline", "QUOTA", "10", "PER", "year"},
+	} {
+		admitted := 0
+		tick := time.NewTicker(50 * time.Millisecond)
+		for i := 0; i < 45; i++ {
+			<-tick.C
+			if strings.HasPrefix(conns[i%3].Do(form...), "[1 ") {
+				admitted++
+			}
+		}
+		tick.Stop()
+		if admitted < 10 || admitted > 12 {
+			t.Errorf("%s: the cluster admitted %d of a quota of 10 (bound 12)", form[1], admitted)
+		}
+	}
+}
