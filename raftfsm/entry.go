@@ -105,7 +105,7 @@ func Decode(b []byte) (*Entry, error) {
 		}
 	case QuotaAdd:
 		for _, q := range e.Quotas {
-			if q.Key == "" || q.End <= q.Start {
+			if q.Key == "" || q.End <= q.Start || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
 				return nil, fmt.Errorf("%w: malformed quota item", ErrBadEntry)
 			}
 		}

@@ -156,7 +156,8 @@ func (f *FSM) QuotaUsed(key []byte, start, end int64) int64 {
 // Quota returns a committed quota counter as it stands.
 func (f *FSM) Quota(key string) (QuotaItem, bool) { return f.quotas.Get(key) }
 
-// QuotaSeq returns the last batch of quota counts applied from origin.
+// QuotaSeq returns the last batch of quota counts applied from origin;
+// its counts are in the committed totals by the time it is reported.
 func (f *FSM) QuotaSeq(origin string) uint64 { return f.quotas.LastSeq(origin) }
 
 // QuotaObserver learns, in Raft's apply goroutine, of each quota change
@@ -223,11 +224,14 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 		}
 		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
 	case QuotaAdd:
-		if e.Origin != "" && !f.quotas.fresh(e.Origin, e.Seq) {
+		if e.Origin != "" && e.Seq <= f.quotas.LastSeq(e.Origin) {
 			return Response{} // a retried batch, counted already
 		}
 		for _, q := range e.Quotas {
 			f.quotas.add(q)
+		}
+		if e.Origin != "" {
+			f.quotas.setSeq(e.Origin, e.Seq) // after the counts: see QuotaSeq
 		}
 		f.quotas.purgeSome(e.Now)
 		if o := f.quotaObs.Load(); o != nil {

@@ -20,6 +20,10 @@ type QuotaItem struct {
 	Period string `json:"p,omitempty"`
 }
 
+// maxQuotaUsed caps a committed count, far above any quota, so that sums
+// of increments cannot overflow.
+const maxQuotaUsed = 1 << 60
+
 // quotaTable holds the committed quota counters. Apply (one goroutine)
 // changes it in place; acquires read it concurrently, so it is split into
 // shards under read-write locks rather than copied on every change.
@@ -87,23 +91,18 @@ func (q *quotaTable) add(in QuotaItem) {
 	case in.Start < it.Start:
 		return
 	}
-	it.Used = max(it.Used+in.Used, 0)
+	it.Used = min(max(it.Used+in.Used, 0), maxQuotaUsed)
 	if in.Limit > 0 {
 		it.Limit = in.Limit
 	}
 	sh.m[in.Key] = it
 }
 
-// fresh reports whether batch seq from origin is newer than the last one
-// applied from it, and records it.
-func (q *quotaTable) fresh(origin string, seq uint64) bool {
+// setSeq records batch seq as the last applied from origin.
+func (q *quotaTable) setSeq(origin string, seq uint64) {
 	q.seqMu.Lock()
-	defer q.seqMu.Unlock()
-	if seq <= q.seqs[origin] {
-		return false
-	}
 	q.seqs[origin] = seq
-	return true
+	q.seqMu.Unlock()
 }
 
 // LastSeq returns the last batch applied from origin.

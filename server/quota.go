@@ -73,6 +73,11 @@ func (q *quotaSyncer) run(interval time.Duration) {
 func (q *quotaSyncer) round() {
 	q.mu.Lock()
 	b := q.inflight
+	if b != nil && !b.settled && q.n.Raft.FSM().QuotaSeq(q.self) >= b.Seq {
+		// Applied without the observer hearing of it: in a snapshot this
+		// replica installed.
+		q.settle(b)
+	}
 	switch {
 	case b != nil && b.settled:
 		b, q.inflight = nil, nil
@@ -142,7 +147,13 @@ func (q *quotaSyncer) QuotaAdded(origin string, seq uint64, items []raftfsm.Quot
 	if b == nil || b.Seq != seq || b.settled {
 		return // an older process's batch, replayed
 	}
-	for _, it := range items {
+	q.settle(b)
+}
+
+// settle takes a committed batch's counts off the store's uncommitted
+// counts (q.mu held).
+func (q *quotaSyncer) settle(b *quotaBatch) {
+	for _, it := range b.Quotas {
 		q.store.SettleQuota([]byte(it.Key), it.Start, it.Used)
 	}
 	b.settled = true
