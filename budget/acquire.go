@@ -21,9 +21,7 @@ type Call struct {
 }
 
 // QuotaCounts is the cluster's committed quota counts (*raftfsm.FSM).
-type QuotaCounts interface {
-	QuotaUsed(key []byte, start, end int64) int64
-}
+type QuotaCounts = engine.QuotaSource
 
 // Outcome is the answer to a Call.
 type Outcome struct {
@@ -110,12 +108,8 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 				qkey = sc.q
 			}
 			start, end := q.per.Bounds(now)
-			var base int64
-			if c.Quotas != nil {
-				base = c.Quotas.QuotaUsed(qkey, start, end)
-			}
 			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
-				PeriodStart: start, PeriodEnd: end, Base: base}
+				PeriodStart: start, PeriodEnd: end, Committed: c.Quotas}
 			ch.from[ch.n], ch.quota[ch.n] = uint8(i), true
 			ch.n++
 		}
@@ -190,7 +184,7 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 	for i := 0; i < ch.n; i++ {
 		r := &ch.reqs[i]
 		if ch.quota[i] {
-			s.RefundQuota(now, r.Key, r.Limit, r.PeriodStart, r.PeriodEnd, r.Base, n)
+			s.RefundQuota(now, r, n)
 		} else {
 			s.Refund(now, engine.SpaceBudget, r.Key, r.Limit, n)
 		}
@@ -252,7 +246,7 @@ func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st Quota
 	r := s.AcquireAll(now, ch.reqs[:k], 0, true)
 	q := &ch.reqs[r.Level]
 	name := ch.limitedBy(plan, r.Level, sc)
-	used := max(q.Base+s.QuotaCount(q.Key, q.PeriodStart), 0)
+	used := s.QuotaUsed(q)
 	return QuotaStatus{Level: name[len(quotaNamePfx):], Limit: r.Limit, Used: used,
 		Period: plan.Levels[ch.from[r.Level]].Quota.per, Start: q.PeriodStart, End: q.PeriodEnd}, true, nil
 }

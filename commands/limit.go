@@ -328,11 +328,11 @@ func (ctx *Ctx) inlineQuota(la *limitArgs, qlim *engine.Limit, now, cost int64) 
 	key := append(append(ctx.S.qkey[:0], inlineQuotaPrefix...), la.target...)
 	ctx.S.qkey = key
 	start, end := la.period.Bounds(now)
-	var base int64
+	r := engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end}
 	if q := ctx.Env.Quotas; q != nil {
-		base = q.QuotaUsed(key, start, end)
+		r.Committed = q
 	}
-	return engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end, Base: base}
+	return r
 }
 
 // quotaName is limited_by for a quota: "quota:" and the level.
@@ -353,7 +353,7 @@ func (ctx *Ctx) inlineRefund(la *limitArgs, rate *engine.Limit, now, n int64) (e
 	}
 	qlim := la.quotaLimit()
 	q := ctx.inlineQuota(la, &qlim, now, 0)
-	ctx.Env.Store.RefundQuota(now, q.Key, &qlim, q.PeriodStart, q.PeriodEnd, q.Base, n)
+	ctx.Env.Store.RefundQuota(now, &q, n)
 	r, by := ctx.inlineCall(la, rate, now, 0, 0, true)
 	r.Allowed = true
 	return r, by

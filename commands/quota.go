@@ -94,7 +94,7 @@ func quotaCmd(ctx *Ctx) {
 		qlim := qt.la.quotaLimit()
 		r := ctx.inlineQuota(&qt.la, &qlim, now, 0)
 		st = budget.QuotaStatus{Level: qt.la.target, Limit: qlim.Burst, Period: qt.la.period, Start: r.PeriodStart, End: r.PeriodEnd,
-			Used: max(r.Base+ctx.Env.Store.QuotaCount(r.Key, r.PeriodStart), 0)}
+			Used: ctx.Env.Store.QuotaUsed(&r)}
 	}
 	c := ctx.Conn
 	c.WriteArray(14)

@@ -9,9 +9,27 @@ type Request struct {
 	Key   []byte
 	Limit *Limit
 	Cost  int64
-	// For a Quota limit: the current period [PeriodStart, PeriodEnd) and
-	// the tokens of it the cluster has already counted.
+	// For a Quota limit: the current period [PeriodStart, PeriodEnd), and
+	// the tokens of it the cluster has already counted: Base plus what
+	// Committed reports. Committed is read with the bucket's shard locked,
+	// so that a count leaving the local tally (SettleQuota, which takes the
+	// same lock after the committed count has grown) is never missed.
 	PeriodStart, PeriodEnd, Base int64
+	Committed                    QuotaSource
+}
+
+// QuotaSource gives the cluster's committed count of a quota counter in
+// the period [start, end). It must not call back into the store.
+type QuotaSource interface {
+	QuotaUsed(key []byte, start, end int64) int64
+}
+
+// base returns the tokens of r's period counted elsewhere.
+func (r *Request) base() int64 {
+	if r.Committed == nil {
+		return r.Base
+	}
+	return r.Base + r.Committed.QuotaUsed(r.Key, r.PeriodStart, r.PeriodEnd)
 }
 
 // Result is the answer to an acquire, described at its tightest level.
@@ -45,7 +63,7 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
 		}
 	}
 	if r.Limit.Algo == Quota {
-		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, r.Base)
+		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, r.base())
 		return
 	}
 	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)

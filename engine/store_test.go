@@ -421,10 +421,11 @@ func TestQuotaCountsPerPeriodOnTopOfTheBase(t *testing.T) {
 		t.Fatalf("base 10 of 10: %+v", r)
 	}
 	// A refund goes below the committed base, never below zero used.
-	if r := s.RefundQuota(t0, []byte("acme"), &q, t0, t0+day, 10, 3); r.Remaining != 3 {
+	committed := req(0, 10, t0)
+	if r := s.RefundQuota(t0, &committed, 3); r.Remaining != 3 {
 		t.Fatalf("refund 3: %+v", r)
 	}
-	if r := s.RefundQuota(t0, []byte("acme"), &q, t0, t0+day, 10, 100); r.Remaining != 10 {
+	if r := s.RefundQuota(t0, &committed, 100); r.Remaining != 10 || s.QuotaUsed(&committed) != 0 {
 		t.Fatalf("refund all: %+v", r)
 	}
 	if got := pending(); got != fmt.Sprintf("[acme w4 %d -10]", day) {
@@ -438,5 +439,59 @@ func TestQuotaCountsPerPeriodOnTopOfTheBase(t *testing.T) {
 	s.SettleQuota([]byte("acme"), t0+day, 10)
 	if n := s.Sweep(t0+day, 1<<20); n != 1 {
 		t.Fatalf("swept %d settled counters", n)
+	}
+}
+
+type committedCount struct{ n atomic.Int64 }
+
+func (c *committedCount) QuotaUsed([]byte, int64, int64) int64 { return c.n.Load() }
+
+// Counts move from the local tally to the committed total while calls
+// run: no call may see a count in neither place.
+func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
+	s := New(Options{Shards: 1})
+	q, _ := NewQuotaLimit(1000, 1)
+	src := &committedCount{}
+	day := int64(24 * time.Hour)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the apply goroutine: commit, then settle
+		defer close(done)
+		for {
+			type item struct{ start, n int64 }
+			var items []item
+			s.PendingQuota(func(_ []byte, _ *Limit, start, _, n int64) { items = append(items, item{start, n}) })
+			for _, it := range items {
+				src.n.Add(it.n)
+				s.SettleQuota([]byte("k"), it.start, it.n)
+			}
+			select {
+			case <-stop:
+				if len(items) == 0 {
+					return
+				}
+			default:
+			}
+		}
+	}()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				r := Request{Space: SpaceQuota, Key: []byte("k"), Limit: &q, Cost: 1, PeriodStart: t0, PeriodEnd: t0 + day, Committed: src}
+				if s.Acquire(t0, r, 0, false).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-done
+	if a, c := admitted.Load(), src.n.Load(); a > 1000 || a != c || a < 900 {
+		t.Fatalf("admitted %d of a quota of 1000, committed %d", a, c)
 	}
 }

@@ -98,19 +98,21 @@ func (s *Store) SettleQuota(key []byte, start, n int64) {
 	}
 }
 
-// RefundQuota gives back up to n tokens of key's quota in the period
-// [start, end), never more than the period has used (base committed plus
-// the local count), and returns the counter's state afterwards.
-func (s *Store) RefundQuota(now int64, key []byte, lim *Limit, start, end, base, n int64) Result {
-	h := s.hash(SpaceQuota, key)
+// RefundQuota gives back up to n tokens of r's quota counter (r.Key in the
+// period of r), never more than the period has used, and returns the
+// counter's state afterwards.
+func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
+	h := s.hash(SpaceQuota, r.Key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, ok := sh.find(h, key)
+	i, ok := sh.find(h, r.Key)
 	var st state
 	if ok {
 		st = sh.entry(i).st
 	}
+	base := r.base()
+	lim, start, end := r.Limit, r.PeriodStart, r.PeriodEnd
 	o := quotaDecide(lim, st, ok, now, 0, start, end, base)
 	back := min(n, lim.Burst-o.remaining)
 	if back > 0 {
@@ -128,7 +130,7 @@ func (s *Store) RefundQuota(now int64, key []byte, lim *Limit, start, end, base,
 			e.st = next
 		} else {
 			s.makeRoom(sh, now, nil, nil)
-			i = sh.insert(h, key, sh.internLimit(lim), next)
+			i = sh.insert(h, r.Key, sh.internLimit(lim), next)
 			s.live.Add(1)
 		}
 		sh.pending[i] += 0 // a count to commit
@@ -137,8 +139,24 @@ func (s *Store) RefundQuota(now int64, key []byte, lim *Limit, start, end, base,
 	return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst, ResetAfter: o.reset}
 }
 
-// QuotaCount returns the count of key's quota not yet handed to the
-// cluster, in the period starting at start.
+// QuotaUsed returns the tokens r's quota counter has used in r's period:
+// the committed count and this store's uncommitted one.
+func (s *Store) QuotaUsed(r *Request) int64 {
+	h := s.hash(SpaceQuota, r.Key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := r.base()
+	if i, ok := sh.find(h, r.Key); ok {
+		if e := sh.entry(i); e.st.a == r.PeriodStart {
+			n += e.st.b
+		}
+	}
+	return max(n, 0)
+}
+
+// QuotaCount returns the count of key's quota not yet committed, in the
+// period starting at start.
 func (s *Store) QuotaCount(key []byte, start int64) int64 {
 	h := s.hash(SpaceQuota, key)
 	sh := &s.shards[h.shard]
