@@ -16,6 +16,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -631,7 +632,7 @@ func checkPath(p []byte) bool {
 }
 
 // ValidPath checks a budget path: 1 to MaxDepth non-empty segments of
-// printable bytes without spaces or '#', at most MaxPathLen bytes.
+// printable UTF-8 without spaces or '#', at most MaxPathLen bytes.
 func ValidPath(p string) error {
 	if p == "" || len(p) > MaxPathLen {
 		return errf("budget path must be 1 to %d bytes", MaxPathLen)
@@ -649,6 +650,10 @@ func ValidPath(p string) error {
 				return errf("budget path '%s' may not contain spaces, control characters or '#'", printable([]byte(p)))
 			}
 		}
+	}
+	if !utf8.ValidString(p) {
+		// Paths travel in JSON (log entries, EXPORT), which holds text only.
+		return errf("budget path '%s' is not valid UTF-8", printable([]byte(p)))
 	}
 	return nil
 }

@@ -144,7 +144,11 @@ func quotaReset(ctx *Ctx) {
 		_, found := ctx.Env.Store.Limit(engine.SpaceQuota, []byte(k))
 		local = local || found
 	}
-	ctx.write((&raftfsm.Entry{Type: raftfsm.QuotaReset, Keys: keys}).Encode(), func(r raftfsm.Response) {
+	e := raftfsm.Entry{Type: raftfsm.QuotaReset}
+	for _, k := range keys {
+		e.Keys = append(e.Keys, raftfsm.QuotaKey(k))
+	}
+	ctx.write(e.Encode(), func(r raftfsm.Response) {
 		if r.N > 0 || local {
 			ctx.Conn.WriteInt(1)
 		} else {

@@ -52,7 +52,7 @@ type Entry struct {
 	// Seq number a node's batches of quota counts, so that a batch retried
 	// after an uncertain outcome is counted once.
 	Quotas []QuotaItem `json:"quotas,omitempty"`
-	Keys   []string    `json:"keys,omitempty"`
+	Keys   []QuotaKey  `json:"keys,omitempty"`
 	Now    int64       `json:"now,omitempty"`
 	Origin string      `json:"origin,omitempty"`
 	Seq    uint64      `json:"seq,omitempty"`

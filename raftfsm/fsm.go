@@ -132,7 +132,7 @@ func (f *FSM) LoadView(path string, after uint64) error {
 	}
 	quotas := make(map[string]QuotaItem, len(doc.Quotas))
 	for _, q := range doc.Quotas {
-		quotas[q.Key] = q
+		quotas[string(q.Key)] = q
 	}
 	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members}, index: doc.Index, quotas: quotas})
 	return nil
@@ -164,7 +164,7 @@ func (f *FSM) QuotaSeq(origin string) uint64 { return f.quotas.LastSeq(origin) }
 // as it is applied. A batch already applied is skipped and not reported.
 type QuotaObserver interface {
 	QuotaAdded(origin string, seq uint64, items []QuotaItem)
-	QuotaReset(keys []string)
+	QuotaReset(keys []QuotaKey)
 }
 
 // SetQuotaObserver sets the observer of quota changes.
@@ -241,7 +241,7 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 	case QuotaReset:
 		n := 0
 		for _, k := range e.Keys {
-			if f.quotas.reset(k) {
+			if f.quotas.reset(string(k)) {
 				n++
 			}
 		}

@@ -158,7 +158,7 @@ func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 	}
 	used := func(key string, start int64) int64 { return f.QuotaUsed([]byte(key), start, start+day) }
 	item := func(key string, start, n int64) QuotaItem {
-		return QuotaItem{Key: key, Start: start, End: start + day, Used: n, Limit: 100, Period: "day UTC"}
+		return QuotaItem{Key: QuotaKey(key), Start: start, End: start + day, Used: n, Limit: 100, Period: "day UTC"}
 	}
 	add(1, 10, "n1", 5, item("acme", 0, 4), item("beta", 0, 1))
 	add(2, 20, "n2", 1, item("acme", 0, 3))
@@ -211,7 +211,7 @@ func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 		t.Fatalf("%d counters left after their periods ended", n)
 	}
 	add(300, 3*day, "", 0, item("acme", 3*day, 1))
-	if r := apply(f, 301, (&Entry{Type: QuotaReset, Keys: []string{"nobody", "acme"}}).Encode()); r.N != 1 || f.QuotaCounters() != 0 {
+	if r := apply(f, 301, (&Entry{Type: QuotaReset, Keys: []QuotaKey{"nobody", "acme"}}).Encode()); r.N != 1 || f.QuotaCounters() != 0 {
 		t.Fatalf("reset of one existing counter of two: N=%d, %d left", r.N, f.QuotaCounters())
 	}
 	if fmt.Sprint(obs.reset) != "[nobody acme]" {
@@ -224,4 +224,8 @@ type quotaLog struct{ seen, reset []string }
 func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
 	q.seen = append(q.seen, fmt.Sprintf("%s/%d/%d", origin, seq, len(items)))
 }
-func (q *quotaLog) QuotaReset(keys []string) { q.reset = append(q.reset, keys...) }
+func (q *quotaLog) QuotaReset(keys []QuotaKey) {
+	for _, k := range keys {
+		q.reset = append(q.reset, string(k))
+	}
+}

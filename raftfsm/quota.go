@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"encoding/json"
 	"hash/maphash"
 	"sort"
 	"sync"
@@ -12,12 +13,27 @@ import (
 // zero. Period names the kind of period and its time zone ("month UTC")
 // and Limit the quota, as the proposer last charged them, for RL.QUOTA.
 type QuotaItem struct {
-	Key    string `json:"k"`
-	Start  int64  `json:"s"`
-	End    int64  `json:"e"`
-	Used   int64  `json:"n"`
-	Limit  int64  `json:"l,omitempty"`
-	Period string `json:"p,omitempty"`
+	Key    QuotaKey `json:"k"`
+	Start  int64    `json:"s"`
+	End    int64    `json:"e"`
+	Used   int64    `json:"n"`
+	Limit  int64    `json:"l,omitempty"`
+	Period string   `json:"p,omitempty"`
+}
+
+// QuotaKey is a counter's key: any bytes (a client's key, a subject),
+// written in JSON as base64 so that bytes that are not UTF-8 survive.
+type QuotaKey string
+
+func (k QuotaKey) MarshalJSON() ([]byte, error) { return json.Marshal([]byte(k)) }
+
+func (k *QuotaKey) UnmarshalJSON(b []byte) error {
+	var raw []byte
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*k = QuotaKey(raw)
+	return nil
 }
 
 // maxQuotaUsed caps a committed count, far above any quota, so that sums
@@ -84,7 +100,7 @@ func (q *quotaTable) add(in QuotaItem) {
 	sh := q.shard([]byte(in.Key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	it, ok := sh.m[in.Key]
+	it, ok := sh.m[string(in.Key)]
 	switch {
 	case !ok || in.Period != it.Period || in.Start > it.Start:
 		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End, Period: in.Period}
@@ -95,7 +111,7 @@ func (q *quotaTable) add(in QuotaItem) {
 	if in.Limit > 0 {
 		it.Limit = in.Limit
 	}
-	sh.m[in.Key] = it
+	sh.m[string(in.Key)] = it
 }
 
 // setSeq records batch seq as the last applied from origin.
@@ -179,7 +195,7 @@ func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
 	for _, it := range items {
 		sh := q.shard([]byte(it.Key))
 		sh.mu.Lock()
-		sh.m[it.Key] = it
+		sh.m[string(it.Key)] = it
 		sh.mu.Unlock()
 	}
 }

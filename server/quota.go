@@ -124,7 +124,7 @@ func (q *quotaSyncer) gather() *quotaBatch {
 		if !ok {
 			return
 		}
-		items = append(items, raftfsm.QuotaItem{Key: string(key), Start: start, End: end, Used: count,
+		items = append(items, raftfsm.QuotaItem{Key: raftfsm.QuotaKey(key), Start: start, End: end, Used: count,
 			Limit: lim.Burst, Period: p.String() + " " + p.Zone()})
 	})
 	if len(items) == 0 {
@@ -160,7 +160,7 @@ func (q *quotaSyncer) settle(b *quotaBatch) {
 }
 
 // QuotaReset drops this node's uncommitted counts of reset counters.
-func (q *quotaSyncer) QuotaReset(keys []string) {
+func (q *quotaSyncer) QuotaReset(keys []raftfsm.QuotaKey) {
 	for _, k := range keys {
 		q.store.Reset(engine.SpaceQuota, []byte(k))
 	}

@@ -228,3 +228,26 @@ func TestQuotaBoundAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+func TestQuotaKeysNeedNotBeText(t *testing.T) {
+	n := startNode(t, nil)
+	fixClock(n.Server)
+	c := resptest.Dial(t, n.Server.RespAddr())
+	for _, key := range []string{"\xff\xfe", "\xff", "\xfe"} {
+		for i := 0; i < 3; i++ {
+			if got := c.Do("RL.ACQUIRE", key, "QUOTA", "3", "PER", "day"); !strings.HasPrefix(got, "[1 ") {
+				t.Fatalf("%q call %d: %s", key, i, got)
+			}
+		}
+		committedQuota(t, n, "i|"+key, 3)
+		raftfsm.WaitFor(t, 5*time.Second, "the count to settle", func() bool {
+			return n.Server.env.Store.QuotaCount([]byte("i|"+key), t0) == 0
+		})
+		if got := c.Do("RL.ACQUIRE", key, "QUOTA", "3", "PER", "day"); !strings.HasPrefix(got, "[0 0 3 ") {
+			t.Fatalf("%q after 3 of 3 committed: %s", key, got)
+		}
+	}
+	if got := c.Do("RL.BUDGET", "SET", "a\xff", "RATE", "5"); got != "-ERR budget path 'a\xff' is not valid UTF-8" {
+		t.Fatalf("a path that is not UTF-8: %s", got)
+	}
+}
