@@ -16,8 +16,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/engine"
 )
