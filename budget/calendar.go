@@ -132,6 +132,50 @@ var zones = func() *zoneRegistry {
 type zoneRegistry struct {
 	mu   sync.Mutex // serialises additions
 	list atomic.Pointer[zoneList]
+	// bad remembers names the zone database does not have, so that a
+	// client repeating one costs a map lookup, not a file search; it is
+	// cleared when full.
+	badMu sync.Mutex
+	bad   map[string]struct{}
+}
+
+const maxRefusedZones = 1024
+
+func (z *zoneRegistry) refused(name string) bool {
+	z.badMu.Lock()
+	defer z.badMu.Unlock()
+	_, ok := z.bad[name]
+	return ok
+}
+
+func (z *zoneRegistry) refuse(name string) {
+	z.badMu.Lock()
+	defer z.badMu.Unlock()
+	if z.bad == nil || len(z.bad) >= maxRefusedZones {
+		z.bad = map[string]struct{}{}
+	}
+	z.bad[name] = struct{}{}
+}
+
+// zoneName reports whether name is spelt like a zone of the database:
+// segments of letters, digits, '_', '-' and '+' joined by '/', each
+// starting with a capital letter or (after the first) a digit, at most 64
+// bytes.
+func zoneName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i, seg := range strings.Split(name, "/") {
+		if seg == "" || !(seg[0] >= 'A' && seg[0] <= 'Z' || i > 0 && seg[0] >= '0' && seg[0] <= '9') {
+			return false
+		}
+		for _, c := range []byte(seg) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '+') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 type zoneList struct {
@@ -148,12 +192,18 @@ func zoneIndex(name string) (uint32, error) {
 		return i, nil
 	}
 	bad := errf("quota time zone '%s' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York", printable([]byte(name)))
-	// Local depends on the machine, so replicas would disagree.
-	if len(name) > 64 || strings.EqualFold(name, "Local") {
+	// Only names spelt as the zone database spells them: "Local",
+	// "localtime" or "./UTC" would resolve differently from machine to
+	// machine, or not at all on one without a zone database.
+	if !zoneName(name) || name == "Local" {
+		return 0, bad
+	}
+	if zones.refused(name) {
 		return 0, bad
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
+		zones.refuse(name)
 		return 0, bad
 	}
 	zones.mu.Lock()

@@ -267,3 +267,24 @@ func TestQuotaRefundStatusAndReset(t *testing.T) {
 		t.Fatal("a quota where none is configured")
 	}
 }
+
+func TestQuotaZonesAreDatabaseNames(t *testing.T) {
+	for _, z := range []string{"UTC", "Europe/Paris", "America/Argentina/Buenos_Aires", "Etc/GMT+5", "Etc/GMT-14", "EST5EDT"} {
+		if _, err := ParsePeriod("day", z); err != nil {
+			t.Errorf("%s: %v", z, err)
+		}
+	}
+	for _, z := range []string{"Local", "localtime", "posixrules", "./UTC", "Europe//Paris", "./././Europe/Paris", "/etc/localtime",
+		"../UTC", "utc", "Europe/Paris ", "Mars/Olympus", strings.Repeat("A", 65)} {
+		if _, err := ParsePeriod("day", z); err == nil {
+			t.Errorf("%q accepted", z)
+		}
+	}
+	// Refused names are remembered, within a bound.
+	for i := 0; i < 3*maxRefusedZones; i++ {
+		ParsePeriod("day", "Nowhere/Town"+strings.Repeat("x", i%50)+string(rune('A'+i%26)))
+	}
+	if n := len(zones.bad); n > maxRefusedZones {
+		t.Fatalf("%d refused names kept", n)
+	}
+}

@@ -19,8 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	// Quota time zones must resolve the same on every node, with or
-	// without a zone database on the machine (scratch images have none).
+	// Quota time zones resolve on machines without a zone database
+	// (scratch images have none) from the copy built into the binary.
 	_ "time/tzdata"
 
 	"github.com/sluice-rl/sluice/server"
