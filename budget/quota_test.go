@@ -147,6 +147,10 @@ func TestQuotaAtEveryChargedLevel(t *testing.T) {
 		"t": `{"sharing":"inherit","sustained":{"rate":100},"quota":{"limit":3,"period":"month"}}`,
 		// A quota and no rate at all.
 		"q": `{"quota":{"limit":2,"period":"hour"}}`,
+		// An enforcing node with only a quota holds its subtree to it.
+		"e":   `{"sharing":"enforce","quota":{"limit":4,"period":"day"}}`,
+		"e/a": `{"sustained":{"rate":100}}`,
+		"e/b": `{"sustained":{"rate":100}}`,
 	})
 	s := engine.New(engine.Options{Shards: 4})
 	now := at(t, "UTC", "2026-11-22 18:00")
@@ -200,6 +204,18 @@ func TestQuotaAtEveryChargedLevel(t *testing.T) {
 		if n != 3 {
 			t.Fatalf("%s admitted %d of 3 a month", tenant, n)
 		}
+	}
+
+	admitted = 0
+	for i := 0; i < 10; i++ {
+		if o := quotaCall(tr, s, now, []string{"e/a", "e/b", "e/unconfigured"}[i%3], "", 1, nil); o.Allowed == 1 {
+			admitted++
+		} else if string(o.LimitedBy) != "quota:e" {
+			t.Fatalf("e's subtree denied by %s", o.LimitedBy)
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("e's subtree admitted %d under e's 4 a day", admitted)
 	}
 
 	// A quota alone: 2 an hour, COST above it never fits.

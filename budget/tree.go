@@ -245,7 +245,8 @@ func minLimit(a, b *engine.Limit, algo engine.Algo) (engine.Limit, error) {
 }
 
 // aggregates returns the aggregate levels of n's ancestors and of n itself,
-// root first.
+// root first: their buckets, or for an enforcing node with a quota and no
+// rate, its quota alone.
 func (n *Node) aggregates() []Level {
 	var chain []*Node
 	for a := n; a != nil; a = a.Parent {
@@ -254,8 +255,13 @@ func (n *Node) aggregates() []Level {
 	var out []Level
 	for i := len(chain) - 1; i >= 0; i-- {
 		a := chain[i]
-		if a.agg != nil {
+		switch {
+		case a.agg != nil:
 			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Limit: a.agg, Node: a})
+		case a.Config.Sharing == Enforce && a.Config.Quota != nil:
+			// An enforcing node with a quota and no rate: its quota still
+			// holds its whole subtree.
+			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Node: a, QuotaOnly: true})
 		}
 	}
 	return out
