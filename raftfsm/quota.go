@@ -67,9 +67,11 @@ func newQuotaTable() *quotaTable {
 	return q
 }
 
-func (q *quotaTable) shard(key []byte) *quotaShard {
-	return &q.shards[maphash.Bytes(q.seed, key)%uint64(len(q.shards))]
+func (q *quotaTable) shardIndex(key []byte) uint64 {
+	return maphash.Bytes(q.seed, key) % uint64(len(q.shards))
 }
+
+func (q *quotaTable) shard(key []byte) *quotaShard { return &q.shards[q.shardIndex(key)] }
 
 // Used returns the committed count of key in the period [start, end).
 // It does not allocate.
@@ -178,26 +180,29 @@ func (q *quotaTable) items() []QuotaItem {
 	return out
 }
 
-// replace sets the table to items and batch numbers (restore).
+// replace sets the table to items and batch numbers (restore). Each
+// shard's new map is built first and swapped in whole, so a reader never
+// sees a shard emptied while it is refilled.
 func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
+	var next [len(q.shards)]map[string]QuotaItem
+	for i := range next {
+		next[i] = map[string]QuotaItem{}
+	}
+	for _, it := range items {
+		next[q.shardIndex([]byte(it.Key))][string(it.Key)] = it
+	}
+	for i := range q.shards {
+		sh := &q.shards[i]
+		sh.mu.Lock()
+		sh.m = next[i]
+		sh.mu.Unlock()
+	}
 	q.seqMu.Lock()
 	q.seqs = map[string]uint64{}
 	for k, v := range seqs {
 		q.seqs[k] = v
 	}
 	q.seqMu.Unlock()
-	for i := range q.shards {
-		sh := &q.shards[i]
-		sh.mu.Lock()
-		sh.m = map[string]QuotaItem{}
-		sh.mu.Unlock()
-	}
-	for _, it := range items {
-		sh := q.shard([]byte(it.Key))
-		sh.mu.Lock()
-		sh.m[string(it.Key)] = it
-		sh.mu.Unlock()
-	}
 }
 
 // Len returns the number of counters.
