@@ -21,7 +21,16 @@ type Call struct {
 }
 
 // QuotaCounts is the cluster's committed quota counts (*raftfsm.FSM).
-type QuotaCounts = engine.QuotaSource
+type QuotaCounts interface {
+	engine.QuotaSource
+	// QuotaRoom reports whether a call may count against the counter key:
+	// it exists, or there is room for a new one.
+	QuotaRoom(key []byte) bool
+}
+
+// ErrQuotaCountersFull refuses a call that would start a new quota
+// counter when the node holds as many as it may.
+var ErrQuotaCountersFull = &Error{Code: "ERR", Msg: "quota counters are at their limit (--max-quota-counters): no new quota counter can start until periods end or counters are reset (RL.QUOTA RESET)"}
 
 // Outcome is the answer to a Call.
 type Outcome struct {
@@ -109,7 +118,10 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 			}
 			start, end := q.per.Bounds(now)
 			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
-				PeriodStart: start, PeriodEnd: end, Committed: c.Quotas}
+				PeriodStart: start, PeriodEnd: end}
+			if c.Quotas != nil {
+				ch.reqs[ch.n].Committed = c.Quotas
+			}
 			ch.from[ch.n], ch.quota[ch.n] = uint8(i), true
 			ch.n++
 		}
@@ -151,6 +163,13 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		return Outcome{}, err
 	}
 	n := ch.n
+	if c.Quotas != nil && cost > 0 && !c.DryRun {
+		for i := 0; i < n; i++ {
+			if ch.quota[i] && !c.Quotas.QuotaRoom(ch.reqs[i].Key) {
+				return Outcome{}, ErrQuotaCountersFull
+			}
+		}
+	}
 	out := Outcome{Cost: cost, Label: plan.Config.label, Levels: n}
 	if n == 0 {
 		out.Allowed, out.Unlimited, out.LimitedBy = 1, true, c.Path

@@ -560,12 +560,15 @@ func ParseKeywords(args [][]byte) (Config, error) {
 				return Config{}, errf("QUOTA must be an integer between 1 and %d", int64(engine.MaxRate))
 			}
 			q := &quotaJS{Limit: num(v)}
-			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "PER") {
-				q.Period = str(args[i+2])
-				i += 2
-			}
-			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "TZ") {
-				q.Timezone = str(args[i+2])
+			// PER and TZ follow QUOTA n, in either order.
+			for i+2 < len(args) {
+				if q.Period == nil && strings.EqualFold(string(args[i+1]), "PER") {
+					q.Period = str(args[i+2])
+				} else if q.Timezone == nil && strings.EqualFold(string(args[i+1]), "TZ") {
+					q.Timezone = str(args[i+2])
+				} else {
+					break
+				}
 				i += 2
 			}
 			js.Quota = q

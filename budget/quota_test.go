@@ -97,7 +97,7 @@ func TestQuotaConfigIsValidated(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.in, err, c.err)
 		}
 	}
-	kw, err := ParseKeywords(bytesArgs("RATE 5 QUOTA 1000 PER week TZ Europe/Paris"))
+	kw, err := ParseKeywords(bytesArgs("RATE 5 QUOTA 1000 TZ Europe/Paris PER week"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +121,13 @@ func TestQuotaConfigIsValidated(t *testing.T) {
 type committed map[string]int64
 
 func (m committed) QuotaUsed(key []byte, start, end int64) int64 { return m[string(key)] }
+
+// A counter exists if the map has it; with "full" set there is no room
+// for others.
+func (m committed) QuotaRoom(key []byte) bool {
+	_, ok := m[string(key)]
+	return ok || m["full"] == 0
+}
 
 func quotaCall(tr *Tree, s *engine.Store, now int64, path, subject string, cost int64, q QuotaCounts) Outcome {
 	c := Call{Path: []byte(path), Subject: []byte(subject), Quotas: q}
@@ -175,6 +182,19 @@ func TestQuotaAtEveryChargedLevel(t *testing.T) {
 	}
 	if o := quotaCall(tr, s, midnight, "plans/free", "alice", 1, next); o.Allowed != 0 {
 		t.Fatalf("next day, 3 committed + 2: %+v", o.Result)
+	}
+	// At the limit of counters, a call that would start one is refused
+	// (naming why); known counters and dry runs go on.
+	full := committed{"full": 1, QuotaKeyPrefix + "plans/free#alice": 0}
+	var sc Scratch
+	if _, err := tr.Acquire(s, midnight, &Call{Path: []byte("plans/free"), Subject: []byte("carol"), Quotas: full}, &sc); err != ErrQuotaCountersFull {
+		t.Fatalf("a new counter when full: %v", err)
+	}
+	if _, err := tr.Acquire(s, midnight, &Call{Path: []byte("plans/free"), Subject: []byte("carol"), Quotas: full, DryRun: true}, &sc); err != nil {
+		t.Fatalf("a dry run when full: %v", err)
+	}
+	if o := quotaCall(tr, s, midnight, "plans/free", "alice", 0, full); o.Allowed != 1 {
+		t.Fatalf("a known counter when full: %+v", o.Result)
 	}
 
 	// p's quota is an aggregate over its tenants.

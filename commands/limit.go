@@ -150,17 +150,24 @@ func (la *limitArgs) parseQuota(args [][]byte, i int) (int, string) {
 	}
 	i++
 	period, zone := "month", ""
-	if i+1 < len(args) && eq(args[i+1], "PER") {
-		if i+2 >= len(args) {
-			return i, "ERR syntax error: QUOTA n PER needs a period"
+	hasPer, hasTZ := false, false
+	// PER and TZ follow QUOTA n, in either order.
+	for i+1 < len(args) {
+		switch {
+		case !hasPer && eq(args[i+1], "PER"):
+			if i+2 >= len(args) {
+				return i, "ERR syntax error: QUOTA n PER needs a period"
+			}
+			period, i, hasPer = string(args[i+2]), i+2, true
+			continue
+		case !hasTZ && eq(args[i+1], "TZ"):
+			if i+2 >= len(args) {
+				return i, "ERR syntax error: TZ needs a time zone"
+			}
+			zone, i, hasTZ = string(args[i+2]), i+2, true
+			continue
 		}
-		period, i = string(args[i+2]), i+2
-	}
-	if i+1 < len(args) && eq(args[i+1], "TZ") {
-		if i+2 >= len(args) {
-			return i, "ERR syntax error: TZ needs a time zone"
-		}
-		zone, i = string(args[i+2]), i+2
+		break
 	}
 	p, err := budget.ParsePeriod(period, zone)
 	if err != nil {
@@ -273,6 +280,10 @@ func acquireCmd(ctx *Ctx) {
 	}
 	now := ctx.Now()
 	r, limitedBy := ctx.inlineCall(&la, rate, now, cost, la.waitMs*int64(time.Millisecond), la.dryRun)
+	if limitedBy == nil {
+		ctx.Conn.WriteError(budget.ErrQuotaCountersFull.Error())
+		return
+	}
 	allowed := 0
 	if r.Allowed {
 		allowed = 1
@@ -302,7 +313,9 @@ const inlineQuotaPrefix = "i|"
 
 // inlineCall charges an inline call at now — its bucket under rate unless
 // rate is nil, and its quota if it has one — or with dry only evaluates
-// it. It returns the result and the limited_by of its tightest level.
+// it. It returns the result and the limited_by of its tightest level; a
+// nil limited_by means the call would start a quota counter and there is
+// no room for one (budget.ErrQuotaCountersFull).
 func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait int64, dry bool) (engine.Result, []byte) {
 	if !la.hasQuota {
 		return ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: rate, Cost: cost}, wait, dry), la.target
@@ -315,6 +328,9 @@ func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait in
 		n = 1
 	}
 	reqs[n] = ctx.inlineQuota(la, &qlim, now, cost)
+	if q := ctx.Env.Quotas; q != nil && cost > 0 && !dry && !q.QuotaRoom(reqs[n].Key) {
+		return engine.Result{}, nil
+	}
 	r := ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
 	if r.Level == n {
 		return r, ctx.quotaName(la.target)

@@ -11,7 +11,7 @@ import (
 
 func quotaCommands() []*Command {
 	return []*Command{
-		{Name: "RL.QUOTA", Arity: -2, Flags: FlagReadOnly, FirstKey: 1, Handler: quotaCmd,
+		{Name: "RL.QUOTA", Arity: -2, Flags: 0, FirstKey: 1, Handler: quotaCmd,
 			Summary: "Report a calendar quota (the tightest a call counts against), or forget one.",
 			Syntax:  "key|path [KEY subject] [QUOTA n PER period [TZ zone]] | RESET key|path [KEY subject] [QUOTA n PER period [TZ zone]]"},
 		{Name: "RL.QUOTASYNC", Arity: 3, Flags: FlagAdmin, Handler: quotaSyncCmd,

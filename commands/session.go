@@ -320,6 +320,7 @@ type Env struct {
 // QuotaState is the committed quota counters; *raftfsm.FSM implements it.
 type QuotaState interface {
 	QuotaUsed(key []byte, start, end int64) int64
+	QuotaRoom(key []byte) bool
 	Quota(key string) (raftfsm.QuotaItem, bool)
 }
 

@@ -30,14 +30,15 @@ func TestQuotasOnTheRealBinaryOutliveARestart(t *testing.T) {
 	c := client(t, p.Resp)
 	waitReady(t, c)
 
-	// Inline: 3 a day beside a rate; a budget node: 2 a month per user.
+	// Inline: 3 a year beside a rate; a budget node: 2 a year per user in
+	// New York. (Years, so that no period ends during the test.)
 	for i := 0; i < 3; i++ {
-		r := do(t, c, "RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "day").([]any)
+		r := do(t, c, "RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "year").([]any)
 		if r[0].(int64) != 1 || r[5] != "quota:api:acme" {
 			t.Fatalf("call %d: %v", i, r)
 		}
 	}
-	do(t, c, "RL.BUDGET", "SET", "plans/free", "RATE", 100, "SCOPE", "user", "QUOTA", 2, "PER", "month", "TZ", "America/New_York")
+	do(t, c, "RL.BUDGET", "SET", "plans/free", "RATE", 100, "SCOPE", "user", "QUOTA", 2, "PER", "year", "TZ", "America/New_York")
 	for i := 0; i < 2; i++ {
 		do(t, c, "RL.ACQUIRE", "plans/free", "KEY", "alice")
 	}
@@ -45,17 +46,16 @@ func TestQuotasOnTheRealBinaryOutliveARestart(t *testing.T) {
 	// is committed.
 	eventually(t, 10*time.Second, "the inline count to be committed", func() bool {
 		m, err := quotaPairs(c, "api:acme")
-		return err == nil && m["used"] == int64(3) && m["remaining"] == int64(0) && m["period"] == "day"
+		return err == nil && m["used"] == int64(3) && m["remaining"] == int64(0) && m["period"] == "year"
 	})
 	m, err := quotaPairs(c, "plans/free", "KEY", "alice")
-	if err != nil || m["level"] != "plans/free#alice" || m["used"] != int64(2) || m["limit"] != int64(2) || m["period"] != "month" {
+	if err != nil || m["level"] != "plans/free#alice" || m["used"] != int64(2) || m["limit"] != int64(2) || m["period"] != "year" {
 		t.Fatalf("RL.QUOTA plans/free KEY alice: %v %v", m, err)
 	}
 	now := time.Now()
 	ny, _ := time.LoadLocation("America/New_York")
-	y, mo, _ := now.In(ny).Date()
-	if want := time.Date(y, mo+1, 1, 0, 0, 0, 0, ny).Unix(); m["resets_at"] != want {
-		t.Fatalf("resets_at %v, want %d (the 1st of next month in New York)", m["resets_at"], want)
+	if want := time.Date(now.In(ny).Year()+1, 1, 1, 0, 0, 0, 0, ny).Unix(); m["resets_at"] != want {
+		t.Fatalf("resets_at %v, want %d (next New Year in New York)", m["resets_at"], want)
 	}
 	eventually(t, 10*time.Second, "alice's count to be committed", func() bool {
 		r, err := c.Do(context.Background(), "INFO", "raft").Text()
@@ -69,7 +69,7 @@ func TestQuotasOnTheRealBinaryOutliveARestart(t *testing.T) {
 	c = client(t, p.Resp)
 	waitReady(t, c)
 	for _, call := range [][]any{
-		{"RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "day"},
+		{"RL.ACQUIRE", "api:acme", "RATE", 100, "QUOTA", 3, "PER", "year"},
 		{"RL.ACQUIRE", "plans/free", "KEY", "alice"},
 	} {
 		r := do(t, c, call...).([]any)

@@ -436,7 +436,9 @@ func idleAt(l *Limit, st state) int64 {
 	switch l.Algo {
 	case Quota:
 		if st.b != 0 {
-			return math.MaxInt64 // not yet committed by the cluster
+			// Not yet committed: needed until its period is over (under
+			// --max-buckets pressure it may go sooner, and its count with it).
+			return st.c
 		}
 		return math.MinInt64
 	case FixedWindow:

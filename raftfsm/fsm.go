@@ -56,7 +56,8 @@ type FSM struct {
 	// goroutine; keep it short).
 	OnApply func(index uint64)
 	// quotaObs, if set, learns of applied quota changes (SetQuotaObserver).
-	quotaObs atomic.Pointer[QuotaObserver]
+	quotaObs  atomic.Pointer[QuotaObserver]
+	maxQuotas atomic.Int64
 }
 
 // NewFSM returns a state machine with an empty tree and no members.
@@ -164,7 +165,9 @@ func (f *FSM) QuotaSeq(origin string) uint64 { return f.quotas.LastSeq(origin) }
 // as it is applied. A batch already applied is skipped and not reported.
 type QuotaObserver interface {
 	QuotaAdded(origin string, seq uint64, items []QuotaItem)
-	QuotaReset(keys []QuotaKey)
+	// QuotaReset reports a reset, with its log index: a node replaying
+	// its log sees resets it already acted on before it restarted.
+	QuotaReset(keys []QuotaKey, index uint64)
 }
 
 // SetQuotaObserver sets the observer of quota changes.
@@ -172,6 +175,25 @@ func (f *FSM) SetQuotaObserver(o QuotaObserver) { f.quotaObs.Store(&o) }
 
 // QuotaCounters returns the number of committed quota counters.
 func (f *FSM) QuotaCounters() int { return f.quotas.Len() }
+
+// SetMaxQuotaCounters sets the number of committed quota counters above
+// which QuotaRoom refuses new ones (0: no limit). It is this node's
+// setting, not replicated state.
+func (f *FSM) SetMaxQuotaCounters(n int) { f.maxQuotas.Store(int64(n)) }
+
+// QuotaRoom reports whether a call may count against the quota counter
+// key: it exists, or there is room for a new one.
+func (f *FSM) QuotaRoom(key []byte) bool {
+	max := f.maxQuotas.Load()
+	if max <= 0 || int64(f.quotas.Len()) < max {
+		return true
+	}
+	sh := f.quotas.shard(key)
+	sh.mu.RLock()
+	_, ok := sh.m[string(key)]
+	sh.mu.RUnlock()
+	return ok
+}
 
 // Applied returns the index of the last applied entry.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
@@ -246,7 +268,7 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 			}
 		}
 		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReset(e.Keys)
+			(*o).QuotaReset(e.Keys, index)
 		}
 		return Response{N: n}
 	case AddMember, RemoveMember:

@@ -224,7 +224,7 @@ type quotaLog struct{ seen, reset []string }
 func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
 	q.seen = append(q.seen, fmt.Sprintf("%s/%d/%d", origin, seq, len(items)))
 }
-func (q *quotaLog) QuotaReset(keys []QuotaKey) {
+func (q *quotaLog) QuotaReset(keys []QuotaKey, _ uint64) {
 	for _, k := range keys {
 		q.reset = append(q.reset, string(k))
 	}

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // QuotaItem is what one quota counter used in one period [Start, End),
@@ -47,6 +48,7 @@ type quotaTable struct {
 	seed   maphash.Seed
 	shards [64]quotaShard
 	purge  int // the shard the next apply purges of ended periods
+	count  atomic.Int64
 
 	// seqs is the last batch applied from each proposing node: a batch is
 	// retried until its proposer sees it applied, and counted once.
@@ -103,6 +105,9 @@ func (q *quotaTable) add(in QuotaItem) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	it, ok := sh.m[string(in.Key)]
+	if !ok {
+		q.count.Add(1)
+	}
 	switch {
 	case !ok || in.Period != it.Period || in.Start > it.Start:
 		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End, Period: in.Period}
@@ -146,7 +151,10 @@ func (q *quotaTable) reset(key string) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	_, ok := sh.m[key]
-	delete(sh.m, key)
+	if ok {
+		delete(sh.m, key)
+		q.count.Add(-1)
+	}
 	return ok
 }
 
@@ -160,6 +168,7 @@ func (q *quotaTable) purgeSome(now int64) {
 	for k, it := range sh.m {
 		if it.End <= now {
 			delete(sh.m, k)
+			q.count.Add(-1)
 		}
 	}
 	sh.mu.Unlock()
@@ -188,8 +197,13 @@ func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
 	for i := range next {
 		next[i] = map[string]QuotaItem{}
 	}
+	n := 0
 	for _, it := range items {
-		next[q.shardIndex([]byte(it.Key))][string(it.Key)] = it
+		m := next[q.shardIndex([]byte(it.Key))]
+		if _, dup := m[string(it.Key)]; !dup {
+			n++
+		}
+		m[string(it.Key)] = it
 	}
 	for i := range q.shards {
 		sh := &q.shards[i]
@@ -197,6 +211,7 @@ func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
 		sh.m = next[i]
 		sh.mu.Unlock()
 	}
+	q.count.Store(int64(n))
 	q.seqMu.Lock()
 	q.seqs = map[string]uint64{}
 	for k, v := range seqs {
@@ -206,12 +221,4 @@ func (q *quotaTable) replace(items []QuotaItem, seqs map[string]uint64) {
 }
 
 // Len returns the number of counters.
-func (q *quotaTable) Len() int {
-	n := 0
-	for i := range q.shards {
-		q.shards[i].mu.RLock()
-		n += len(q.shards[i].m)
-		q.shards[i].mu.RUnlock()
-	}
-	return n
-}
+func (q *quotaTable) Len() int { return int(q.count.Load()) }

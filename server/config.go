@@ -36,6 +36,7 @@ type Config struct {
 	ProtectedMode   bool
 	MaxClients      int
 	MaxBuckets      int
+	MaxQuotas       int
 	MaxKeyLen       int
 	MaxBulkLen      int
 	MaxArgs         int
@@ -101,6 +102,7 @@ var settings = []setting{
 	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; full buckets are dropped first", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
+	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
@@ -314,6 +316,7 @@ func (c *Config) Validate() error {
 	}
 	intRange("maxclients", c.MaxClients, 1, 1_000_000)
 	intRange("max-buckets", c.MaxBuckets, 1000, 1<<32)
+	intRange("max-quota-counters", c.MaxQuotas, 0, 1<<32)
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
 	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
 	intRange("max-args", c.MaxArgs, 16, 1<<20)

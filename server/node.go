@@ -98,6 +98,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	}
 	s.env.Cluster = rn
 	s.env.Quotas = rn.FSM()
+	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
 	s.SetReady(rn.Ready)
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
@@ -106,7 +107,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	peerClient := &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
 	y := newSyncer(n, peerClient)
 	go y.run(cfg.SyncInterval)
-	go newQuotaSyncer(n).run(cfg.SyncInterval)
+	go newQuotaSyncer(n, cfg.MaxBulkLen).run(cfg.SyncInterval)
 	s.Serve()
 	if cfg.Budgets != "" {
 		go n.seed(cfg.Budgets)

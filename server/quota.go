@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,9 +15,16 @@ import (
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
-// maxQuotaBatch bounds the counters one batch commits; the rest wait for
-// the next round.
-const maxQuotaBatch = 10000
+// One batch commits at most maxQuotaBatch counters, and its payload stays
+// under half of --max-bulk-len (the leader's limit on the argument that
+// carries it) and under 16 MiB; up to maxQuotaBatchesPerRound full batches
+// go out in one --sync-interval.
+const (
+	maxQuotaBatch           = 10000
+	maxQuotaBatchBytes      = 16 << 20
+	maxQuotaBatchesPerRound = 16
+	quotaItemOverhead       = 128 // JSON of an item besides its key
+)
 
 // quotaSyncer commits this node's calendar quota counts through Raft every
 // --sync-interval, one numbered batch at a time. The counts stay in the
@@ -26,9 +34,13 @@ const maxQuotaBatch = 10000
 // a timeout) is sent again as it is; the state machine counts a batch
 // number once.
 type quotaSyncer struct {
-	n     *Node
-	store *engine.Store
-	self  string
+	n        *Node
+	store    *engine.Store
+	self     string
+	maxBytes int // estimated payload bytes of one batch
+	// bootIndex is the last log index when the node opened: entries up to
+	// it are replayed from before this process.
+	bootIndex uint64
 
 	mu       sync.Mutex
 	inflight *quotaBatch
@@ -39,18 +51,21 @@ type quotaSyncer struct {
 
 type quotaBatch struct {
 	commands.QuotaBatch
+	full    bool          // counts were left for the next batch
+	done    chan struct{} // closed when settled
 	settled bool
 	sentOK  int // rounds since it was last accepted by the leader
 }
 
-func newQuotaSyncer(n *Node) *quotaSyncer {
-	q := &quotaSyncer{n: n, store: n.Server.env.Store, self: n.Raft.ID(),
+func newQuotaSyncer(n *Node, maxBulkLen int) *quotaSyncer {
+	q := &quotaSyncer{n: n, store: n.Server.env.Store, self: n.Raft.ID(), maxBytes: min(maxBulkLen/2, maxQuotaBatchBytes),
 		committed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_quota_batches_committed_total",
 			Help: "Batches of this node's calendar quota counts committed through Raft."}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_quota_batches_failed_total",
 			Help: "Attempts to commit a batch of quota counts that failed (no leader, timeout); the batch is retried."}),
 	}
 	n.Server.env.Metrics.Registry.MustRegister(q.committed, q.failed)
+	q.bootIndex, _ = strconv.ParseUint(n.Raft.Stats()["last_log_index"], 10, 64)
 	n.Raft.FSM().SetQuotaObserver(q)
 	return q
 }
@@ -64,13 +79,17 @@ func (q *quotaSyncer) run(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		q.round()
+		// A full batch committed at once leaves room for more this round.
+		for i := 0; i < maxQuotaBatchesPerRound && q.round(interval/2); i++ {
+		}
 	}
 }
 
 // round sends the batch in flight again if it needs to be, or else the
-// counts gathered since.
-func (q *quotaSyncer) round() {
+// counts gathered since. It reports whether a full batch was committed
+// and settled, so that another may follow at once; it waits up to wait
+// for this replica to apply it.
+func (q *quotaSyncer) round(wait time.Duration) bool {
 	q.mu.Lock()
 	b := q.inflight
 	if b != nil && !b.settled && q.n.Raft.FSM().QuotaSeq(q.self) >= b.Seq {
@@ -85,45 +104,61 @@ func (q *quotaSyncer) round() {
 		// Accepted by the leader; this replica has yet to apply it.
 		b.sentOK++
 		q.mu.Unlock()
-		return
+		return false
 	}
+	q.mu.Unlock()
 	if b == nil {
+		// Gathering scans every pending counter: without q.mu, which the
+		// Raft apply goroutine takes. Only this goroutine sets inflight.
 		if b = q.gather(); b == nil {
-			q.mu.Unlock()
-			return
+			return false
 		}
+		q.mu.Lock()
 		q.inflight = b
+		q.mu.Unlock()
 	}
 	payload, _ := json.Marshal(&b.QuotaBatch)
-	seq := b.Seq
-	q.mu.Unlock()
-
 	reply := q.n.Server.env.Run("RL.QUOTASYNC", q.self, string(payload))
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(reply) > 0 && reply[0] == ':' {
-		if q.inflight != nil && q.inflight.Seq == seq && !q.inflight.settled {
-			q.inflight.sentOK = 1
-		}
-		q.committed.Inc()
-		return
+	if len(reply) == 0 || reply[0] != ':' {
+		q.failed.Inc()
+		q.n.log.Debug("quota counts not committed; will retry", "reply", strings.TrimSpace(string(reply)))
+		return false
 	}
-	q.failed.Inc()
-	q.n.log.Debug("quota counts not committed; will retry", "reply", strings.TrimSpace(string(reply)))
+	q.committed.Inc()
+	q.mu.Lock()
+	if !b.settled {
+		b.sentOK = 1
+	}
+	q.mu.Unlock()
+	if !b.full {
+		return false
+	}
+	select {
+	case <-b.done:
+		return true
+	case <-time.After(wait):
+		return false
+	case <-q.n.stop:
+		return false
+	}
 }
 
-// gather builds the next batch from the store's uncommitted counts (q.mu
-// held).
+// gather builds the next batch from the store's uncommitted counts.
 func (q *quotaSyncer) gather() *quotaBatch {
 	var items []raftfsm.QuotaItem
+	size, full := 0, false
 	q.store.PendingQuota(func(key []byte, lim *engine.Limit, start, end, count int64) {
-		if len(items) >= maxQuotaBatch {
+		// Base64 takes 4 bytes for 3 of the key.
+		est := (len(key)+2)/3*4 + quotaItemOverhead
+		if len(items) >= maxQuotaBatch || len(items) > 0 && size+est > q.maxBytes {
+			full = true
 			return
 		}
 		p, ok := budget.PeriodOfCode(lim.Window)
 		if !ok {
 			return
 		}
+		size += est
 		items = append(items, raftfsm.QuotaItem{Key: raftfsm.QuotaKey(key), Start: start, End: end, Used: count,
 			Limit: lim.Burst, Period: p.String() + " " + p.Zone()})
 	})
@@ -133,7 +168,8 @@ func (q *quotaSyncer) gather() *quotaBatch {
 	// Batch numbers grow across restarts: from the clock, and past any
 	// this node's replica has seen.
 	seq := max(uint64(time.Now().UnixNano()), q.n.Raft.FSM().QuotaSeq(q.self)+1)
-	return &quotaBatch{QuotaBatch: commands.QuotaBatch{Seq: seq, Now: q.n.Server.env.Clock(), Quotas: items}}
+	return &quotaBatch{QuotaBatch: commands.QuotaBatch{Seq: seq, Now: q.n.Server.env.Clock(), Quotas: items},
+		full: full, done: make(chan struct{})}
 }
 
 // QuotaAdded settles this node's batch when its own replica applies it.
@@ -157,10 +193,16 @@ func (q *quotaSyncer) settle(b *quotaBatch) {
 		q.store.SettleQuota([]byte(it.Key), it.Start, it.Used)
 	}
 	b.settled = true
+	close(b.done)
 }
 
-// QuotaReset drops this node's uncommitted counts of reset counters.
-func (q *quotaSyncer) QuotaReset(keys []raftfsm.QuotaKey) {
+// QuotaReset drops this node's uncommitted counts of reset counters,
+// unless the reset is one this process's log held when it started: those
+// are replayed, and the counts now in the store came after them.
+func (q *quotaSyncer) QuotaReset(keys []raftfsm.QuotaKey, index uint64) {
+	if index <= q.bootIndex {
+		return
+	}
 	for _, k := range keys {
 		q.store.Reset(engine.SpaceQuota, []byte(k))
 	}

@@ -57,7 +57,7 @@ func TestInlineQuotaCountsCalendarPeriods(t *testing.T) {
 		{cmd("RL.ACQUIRE", "r", "RATE", "2", "QUOTA", "1000", "PER", "month"), `[1 1 2 0 500 "r"]`},
 		// A quota alone, in a time zone: Tokyo's day ends at 15:00 UTC.
 		{cmd("RL.ACQUIRE", "jp", "QUOTA", "1", "PER", "day", "TZ", "Asia/Tokyo"), `[1 0 1 0 54000000 "quota:jp"]`},
-		{cmd("RL.ACQUIRE", "jp", "QUOTA", "1", "PER", "day", "TZ", "Asia/Tokyo"), `[0 0 1 54000000 54000000 "quota:jp"]`},
+		{cmd("RL.ACQUIRE", "jp", "QUOTA", "1", "TZ", "Asia/Tokyo", "PER", "day"), `[0 0 1 54000000 54000000 "quota:jp"]`},
 		{cmd("RL.QUOTA", "nobody"), "-ERR no quota known for 'nobody': not a budget path, and no inline quota committed for that key; give QUOTA n PER period to describe one"},
 		{cmd("RL.ACQUIRE", "k", "RATE", "1", "QUOTA", "0", "PER", "day"), "-ERR QUOTA must be an integer between 1 and 1000000000000"},
 		{cmd("RL.ACQUIRE", "k", "RATE", "1", "QUOTA", "5", "PER", "fortnight"), "-ERR QUOTA … PER must be one of hour, day, week, month, year"},
@@ -101,7 +101,6 @@ func TestBudgetQuotaAndReset(t *testing.T) {
 	if got := c.Do("RL.BUDGET", "GET", "plans/free"); !strings.Contains(got, `\"quota\":{\"limit\":2,\"period\":\"month\",\"timezone\":\"UTC\"}`) {
 		t.Fatalf("GET: %s", got)
 	}
-	// A limiter may read quotas but not reset them.
 	clk.Advance(time.Second)
 	if got := c.Do("RL.QUOTA", "RESET", "nobody"); !strings.HasPrefix(got, "-ERR no quota known") {
 		t.Fatalf("reset of an unknown key: %s", got)
@@ -249,5 +248,48 @@ func TestQuotaKeysNeedNotBeText(t *testing.T) {
 	}
 	if got := c.Do("RL.BUDGET", "SET", "a\xff", "RATE", "5"); got != "-ERR budget path 'a\xff' is not valid UTF-8" {
 		t.Fatalf("a path that is not UTF-8: %s", got)
+	}
+}
+
+func TestMaxQuotaCounters(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.MaxQuotas = 2 })
+	fixClock(n.Server)
+	c := resptest.Dial(t, n.Server.RespAddr())
+	for _, k := range []string{"a", "b"} {
+		if got := c.Do("RL.ACQUIRE", k, "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 4 5 ") {
+			t.Fatalf("%s: %s", k, got)
+		}
+		committedQuota(t, n, "i|"+k, 1)
+	}
+	script(t, c, []exchange{
+		{cmd("RL.ACQUIRE", "c", "QUOTA", "5", "PER", "day"), "-ERR quota counters are at their limit (--max-quota-counters): no new quota counter can start until periods end or counters are reset (RL.QUOTA RESET)"},
+		{cmd("RL.ACQUIRE", "c", "RATE", "10"), `[1 9 10 0 100 "c"]`},
+		{cmd("RL.ACQUIRE", "a", "QUOTA", "5", "PER", "day"), `[1 3 5 0 86400000 "quota:a"]`},
+		{cmd("RL.PEEK", "c", "QUOTA", "5", "PER", "day"), `[1 4 5 0 86400000 "quota:c"]`},
+		{cmd("RL.QUOTA", "RESET", "b"), "1"},
+	})
+	raftfsm.WaitFor(t, 5*time.Second, "room for a counter", func() bool { return n.Raft.FSM().QuotaCounters() < 2 })
+	if got := c.Do("RL.ACQUIRE", "c", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 4 5 ") {
+		t.Fatalf("after a reset: %s", got)
+	}
+}
+
+func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
+	n := startNode(t, nil)
+	fixClock(n.Server)
+	env := n.Server.env
+	const keys = 25000 // more than one batch holds
+	for i := 0; i < keys; i++ {
+		if got := string(env.Run("RL.ACQUIRE", fmt.Sprintf("k%05d", i), "QUOTA", "7", "PER", "week")); !strings.HasPrefix(got, "*6\r\n:1\r\n") {
+			t.Fatalf("call %d: %q", i, got)
+		}
+	}
+	raftfsm.WaitFor(t, 20*time.Second, "every counter committed", func() bool { return n.Raft.FSM().QuotaCounters() == keys })
+	if got := scrape(t, n.Server.HTTPAddr())["sluice_quota_batches_committed_total"]; got < 3 {
+		t.Fatalf("%v batches for %d counters", got, keys)
+	}
+	it, _ := n.Raft.FSM().Quota("i|k12345")
+	if it.Used != 1 || it.Limit != 7 || it.Period != "week UTC" {
+		t.Fatalf("a counter: %+v", it)
 	}
 }
