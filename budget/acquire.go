@@ -15,8 +15,8 @@ type Call struct {
 	WaitMs  int64
 	HasWait bool
 	DryRun  bool
-	// Quotas gives the committed counts of calendar quotas; nil counts
-	// only what this store saw.
+	// Quotas says whether a new quota counter may start (the store reads
+	// the committed counts from its own quota source); nil: always.
 	Quotas QuotaCounts
 }
 
@@ -119,9 +119,6 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 			start, end := q.per.Bounds(now)
 			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
 				PeriodStart: start, PeriodEnd: end}
-			if c.Quotas != nil {
-				ch.reqs[ch.n].Committed = c.Quotas
-			}
 			ch.from[ch.n], ch.quota[ch.n] = uint8(i), true
 			ch.n++
 		}

@@ -131,6 +131,7 @@ func (m committed) QuotaRoom(key []byte) bool {
 
 func quotaCall(tr *Tree, s *engine.Store, now int64, path, subject string, cost int64, q QuotaCounts) Outcome {
 	c := Call{Path: []byte(path), Subject: []byte(subject), Quotas: q}
+	s.SetQuotaSource(q)
 	if cost > 0 {
 		c.Cost, c.HasCost = cost, true
 	}
@@ -186,6 +187,7 @@ func TestQuotaAtEveryChargedLevel(t *testing.T) {
 	// At the limit of counters, a call that would start one is refused
 	// (naming why); known counters and dry runs go on.
 	full := committed{"full": 1, QuotaKeyPrefix + "plans/free#alice": 0}
+	s.SetQuotaSource(full)
 	var sc Scratch
 	if _, err := tr.Acquire(s, midnight, &Call{Path: []byte("plans/free"), Subject: []byte("carol"), Quotas: full}, &sc); err != ErrQuotaCountersFull {
 		t.Fatalf("a new counter when full: %v", err)

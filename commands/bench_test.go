@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
 )
@@ -88,6 +89,31 @@ func BenchmarkExecBudgetAcquireWithQuota(b *testing.B) {
 		env.Exec(c, s, args)
 		if i&1023 == 0 {
 			c.Reset()
+		}
+	}
+}
+
+// The hot paths allocate nothing per call, quotas included.
+func TestAcquireAllocatesNothing(t *testing.T) {
+	env := testEnv(t)
+	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce", "QUOTA", "1000000000000", "PER", "month")
+	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SCOPE", "user", "QUOTA", "1000000000000", "PER", "day")
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	for _, call := range []string{
+		"RL.ACQUIRE key RATE 100000 BURST 100000",
+		"RL.ACQUIRE key RATE 100000 QUOTA 1000000000000 PER month TZ Europe/Paris",
+		"RL.ACQUIRE q QUOTA 1000000000000 PER week",
+		"RL.ACQUIRE system/p/t KEY user-1",
+		"RL.PEEK key RATE 100000 BURST 100000",
+	} {
+		args := bytes.Fields([]byte(call))
+		env.Exec(c, s, args) // warm the session's buffers
+		if n := testing.AllocsPerRun(200, func() {
+			c.Reset()
+			env.Exec(c, s, args)
+		}); n != 0 {
+			t.Errorf("%s: %.1f allocations a call", call, n)
 		}
 	}
 }

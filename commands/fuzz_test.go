@@ -33,8 +33,11 @@ func testEnv(t testing.TB) *Env {
 	reg := NewRegistry()
 	done := make(chan struct{})
 	close(done) // WAIT returns at once: the fuzzer must not sleep
+	store := engine.New(engine.Options{Shards: 4, MaxBuckets: 10000})
+	store.SetQuotaSource(node.FSM())
 	return &Env{
-		Store:   engine.New(engine.Options{Shards: 4, MaxBuckets: 10000}),
+		Store:   store,
+		Quotas:  node.FSM(),
 		Now:     func() int64 { return int64(19676*86400) * int64(time.Second) },
 		Clients: NewClients(), Auth: NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
 		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,

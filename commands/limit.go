@@ -260,6 +260,8 @@ func acquireCmd(ctx *Ctx) {
 				ctx.Conn.WriteError(e)
 				return
 			}
+		}
+		if la.inline() {
 			m.remember(ctx.Args[2:], &la, lim)
 		}
 	}
@@ -328,7 +330,8 @@ func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait in
 		n = 1
 	}
 	reqs[n] = ctx.inlineQuota(la, &qlim, now, cost)
-	if q := ctx.Env.Quotas; q != nil && cost > 0 && !dry && !q.QuotaRoom(reqs[n].Key) {
+	// (The key as ctx.S.qkey holds it: reqs would move to the heap.)
+	if q := ctx.Env.Quotas; q != nil && cost > 0 && !dry && !q.QuotaRoom(ctx.S.qkey) {
 		return engine.Result{}, nil
 	}
 	r := ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
@@ -339,16 +342,12 @@ func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait in
 }
 
 // inlineQuota returns the request of an inline call's quota counter in the
-// period holding now, on top of the cluster's committed count.
+// period holding now (the store adds the cluster's committed count).
 func (ctx *Ctx) inlineQuota(la *limitArgs, qlim *engine.Limit, now, cost int64) engine.Request {
 	key := append(append(ctx.S.qkey[:0], inlineQuotaPrefix...), la.target...)
 	ctx.S.qkey = key
 	start, end := la.period.Bounds(now)
-	r := engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end}
-	if q := ctx.Env.Quotas; q != nil {
-		r.Committed = q
-	}
-	return r
+	return engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end}
 }
 
 // quotaName is limited_by for a quota: "quota:" and the level.
@@ -388,9 +387,13 @@ func peekCmd(ctx *Ctx) {
 		budgetAcquire(ctx, &la, true)
 		return
 	}
-	rate, ok := inlineRate(ctx, &la)
+	lim, hasRate, ok := inlineRate(ctx, &la)
 	if !ok {
 		return
+	}
+	rate := &lim
+	if !hasRate {
+		rate = nil
 	}
 	cost := int64(1)
 	if la.hasCost {
@@ -405,17 +408,17 @@ func peekCmd(ctx *Ctx) {
 }
 
 // inlineRate returns the bucket limit an inline PEEK or REFUND works
-// with: nil for a quota alone, else as inlineLimit.
-func inlineRate(ctx *Ctx, la *limitArgs) (*engine.Limit, bool) {
+// with: none (hasRate false) for a quota alone, else as inlineLimit.
+func inlineRate(ctx *Ctx, la *limitArgs) (l engine.Limit, hasRate, ok bool) {
 	if la.hasQuota && !la.hasRate {
 		if la.subject != nil {
 			ctx.Conn.WriteError("ERR KEY belongs to the budget form; an inline limit's key is the first argument")
-			return nil, false
+			return l, false, false
 		}
-		return nil, true
+		return l, false, true
 	}
-	l, ok := inlineLimit(ctx, la)
-	return &l, ok
+	l, ok = inlineLimit(ctx, la)
+	return l, true, ok
 }
 
 // inlineLimit returns the limit an inline PEEK or REFUND works with: the
@@ -459,9 +462,13 @@ func refundCmd(ctx *Ctx) {
 		budgetRefund(ctx, &la)
 		return
 	}
-	rate, ok := inlineRate(ctx, &la)
+	lim, hasRate, ok := inlineRate(ctx, &la)
 	if !ok {
 		return
+	}
+	rate := &lim
+	if !hasRate {
+		rate = nil
 	}
 	r, by := ctx.inlineRefund(&la, rate, ctx.Now(), la.cost)
 	writeResult(ctx, 1, &r, by)

@@ -10,26 +10,40 @@ type Request struct {
 	Limit *Limit
 	Cost  int64
 	// For a Quota limit: the current period [PeriodStart, PeriodEnd), and
-	// the tokens of it the cluster has already counted: Base plus what
-	// Committed reports. Committed is read with the bucket's shard locked,
-	// so that a count leaving the local tally (SettleQuota, which takes the
-	// same lock after the committed count has grown) is never missed.
+	// tokens of it counted elsewhere besides the store's quota source
+	// (SetQuotaSource).
 	PeriodStart, PeriodEnd, Base int64
-	Committed                    QuotaSource
 }
 
 // QuotaSource gives the cluster's committed count of a quota counter in
-// the period [start, end). It must not call back into the store.
+// the period [start, end). It must not keep key nor call back into the
+// store.
 type QuotaSource interface {
 	QuotaUsed(key []byte, start, end int64) int64
 }
 
-// base returns the tokens of r's period counted elsewhere.
-func (r *Request) base() int64 {
-	if r.Committed == nil {
+// SetQuotaSource sets where quota requests read the cluster's committed
+// counts. They read them with the counter's shard locked, so that a count
+// leaving the local tally (SettleQuota, which takes the same lock after
+// the committed count has grown) is never missed.
+func (s *Store) SetQuotaSource(src QuotaSource) {
+	if src == nil {
+		s.quotaSrc.Store(nil)
+		return
+	}
+	s.quotaSrc.Store(&src)
+}
+
+// quotaBase returns the tokens of r's period counted elsewhere (sh
+// locked). The key goes to the source as a copy in the shard's buffer, so
+// that the request, and the limit it points to, stay on the caller's stack.
+func (s *Store) quotaBase(sh *shard, r *Request) int64 {
+	src := s.quotaSrc.Load()
+	if src == nil {
 		return r.Base
 	}
-	return r.Base + r.Committed.QuotaUsed(r.Key, r.PeriodStart, r.PeriodEnd)
+	sh.qkey = append(sh.qkey[:0], r.Key...)
+	return r.Base + (*src).QuotaUsed(sh.qkey, r.PeriodStart, r.PeriodEnd)
 }
 
 // Result is the answer to an acquire, described at its tightest level.
@@ -63,7 +77,7 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
 		}
 	}
 	if r.Limit.Algo == Quota {
-		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, r.base())
+		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, s.quotaBase(sh, r))
 		return
 	}
 	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)

@@ -30,6 +30,7 @@ type Store struct {
 
 	live            atomic.Int64
 	syncing         atomic.Bool // record consumption for peers (sync.go)
+	quotaSrc        atomic.Pointer[QuotaSource]
 	evictedFull     atomic.Uint64
 	evictedPressure atomic.Uint64
 	sweepShard      atomic.Uint64
@@ -156,6 +157,7 @@ type shard struct {
 	// only while the store syncs with peers. A map that is cleared keeps
 	// its memory, so recording allocates nothing once it has grown.
 	pending map[uint32]int64
+	qkey    []byte   // a quota key handed to the quota source
 	_       [40]byte // keep neighbouring shards' locks off this cache line
 }
 

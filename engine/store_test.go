@@ -452,6 +452,7 @@ func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
 	s := New(Options{Shards: 1})
 	q, _ := NewQuotaLimit(1000, 1)
 	src := &committedCount{}
+	s.SetQuotaSource(src)
 	day := int64(24 * time.Hour)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -481,7 +482,7 @@ func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 1000; i++ {
-				r := Request{Space: SpaceQuota, Key: []byte("k"), Limit: &q, Cost: 1, PeriodStart: t0, PeriodEnd: t0 + day, Committed: src}
+				r := Request{Space: SpaceQuota, Key: []byte("k"), Limit: &q, Cost: 1, PeriodStart: t0, PeriodEnd: t0 + day}
 				if s.Acquire(t0, r, 0, false).Allowed {
 					admitted.Add(1)
 				}

@@ -111,7 +111,7 @@ func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
 	if ok {
 		st = sh.entry(i).st
 	}
-	base := r.base()
+	base := s.quotaBase(sh, r)
 	lim, start, end := r.Limit, r.PeriodStart, r.PeriodEnd
 	o := quotaDecide(lim, st, ok, now, 0, start, end, base)
 	back := min(n, lim.Burst-o.remaining)
@@ -146,7 +146,7 @@ func (s *Store) QuotaUsed(r *Request) int64 {
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := r.base()
+	n := s.quotaBase(sh, r)
 	if i, ok := sh.find(h, r.Key); ok {
 		if e := sh.entry(i); e.st.a == r.PeriodStart {
 			n += e.st.b

@@ -99,6 +99,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	s.env.Cluster = rn
 	s.env.Quotas = rn.FSM()
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
+	s.env.Store.SetQuotaSource(rn.FSM())
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
 	s.SetReady(rn.Ready)
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
