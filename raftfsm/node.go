@@ -547,32 +547,37 @@ func (n *Node) registerOnce() bool {
 func (n *Node) viewPath() string { return filepath.Join(n.opts.DataDir, "view.json") }
 
 // saveViews saves the applied state to the data dir every second it
-// changed, and once more at shutdown.
+// changed, and once more at shutdown. A save that takes long (many quota
+// counters) spaces the next ones out: at most a tenth of the time goes to
+// saving.
 func (n *Node) saveViews() {
 	defer n.wg.Done()
 	var saved uint64
-	save := func() {
+	var next time.Time
+	save := func(force bool) {
 		if b := n.fsm.boot.Load(); b != nil && n.fsm.Applied() < b.index {
 			return // still behind what was saved last time
 		}
-		if n.fsm.Applied() != saved {
-			idx, err := n.fsm.SaveView(n.viewPath())
-			if err != nil {
-				n.log.Warn("saving the applied state", "err", err)
-				return
-			}
-			saved = idx
+		if n.fsm.Applied() == saved || !force && time.Now().Before(next) {
+			return
 		}
+		began := time.Now()
+		idx, err := n.fsm.SaveView(n.viewPath())
+		if err != nil {
+			n.log.Warn("saving the applied state", "err", err)
+			return
+		}
+		saved, next = idx, time.Now().Add(10*time.Since(began))
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-n.stop:
-			save()
+			save(true)
 			return
 		case <-t.C:
-			save()
+			save(false)
 		}
 	}
 }
