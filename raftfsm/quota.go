@@ -6,6 +6,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // QuotaItem is what one quota counter used in one period [Start, End),
@@ -158,15 +159,19 @@ func (q *quotaTable) reset(key string) bool {
 	return ok
 }
 
-// purgeSome drops, from one shard in turn, counters whose period ended
-// before now (the time the entry was proposed, so every replica purges
-// alike): their keys no longer cost memory.
+// purgeGrace is how long after its period a counter is kept, so that a
+// proposer whose clock runs ahead does not end the period for everyone.
+const purgeGrace = int64(time.Minute)
+
+// purgeSome drops, from one shard in turn, counters whose period ended a
+// while before now (the time the entry was proposed, so every replica
+// purges alike): their keys no longer cost memory.
 func (q *quotaTable) purgeSome(now int64) {
 	sh := &q.shards[q.purge]
 	q.purge = (q.purge + 1) % len(q.shards)
 	sh.mu.Lock()
 	for k, it := range sh.m {
-		if it.End <= now {
+		if it.End <= now-purgeGrace {
 			delete(sh.m, k)
 			q.count.Add(-1)
 		}
