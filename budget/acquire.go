@@ -20,9 +20,8 @@ type Call struct {
 	Quotas QuotaCounts
 }
 
-// QuotaCounts is the cluster's committed quota counts (*raftfsm.FSM).
+// QuotaCounts decides whether a call may start a quota counter.
 type QuotaCounts interface {
-	engine.QuotaSource
 	// QuotaRoom reports whether a call may count against the counter key:
 	// it exists, or there is room for a new one.
 	QuotaRoom(key []byte) bool

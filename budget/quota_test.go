@@ -129,9 +129,13 @@ func (m committed) QuotaRoom(key []byte) bool {
 	return ok || m["full"] == 0
 }
 
-func quotaCall(tr *Tree, s *engine.Store, now int64, path, subject string, cost int64, q QuotaCounts) Outcome {
-	c := Call{Path: []byte(path), Subject: []byte(subject), Quotas: q}
-	s.SetQuotaSource(q)
+func quotaCall(tr *Tree, s *engine.Store, now int64, path, subject string, cost int64, q committed) Outcome {
+	c := Call{Path: []byte(path), Subject: []byte(subject)}
+	s.SetQuotaSource(nil)
+	if q != nil {
+		c.Quotas = q
+		s.SetQuotaSource(q)
+	}
 	if cost > 0 {
 		c.Cost, c.HasCost = cost, true
 	}
@@ -319,6 +323,9 @@ func TestQuotaZonesAreDatabaseNames(t *testing.T) {
 		}
 	}
 	// Refused names are remembered, within a bound.
+	if !zones.refused("Mars/Olympus") || zones.refused("Europe/Paris") {
+		t.Fatal("the refused names are not the ones remembered")
+	}
 	for i := 0; i < 3*maxRefusedZones; i++ {
 		ParsePeriod("day", "Nowhere/Town"+strings.Repeat("x", i%50)+string(rune('A'+i%26)))
 	}

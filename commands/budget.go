@@ -149,7 +149,7 @@ func (env *Env) counters(tree *budget.Tree, label string) acquireCounters {
 func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
 	tree := ctx.Env.Cluster.State().Tree
 	call := budget.Call{Path: la.target, Subject: la.subject, Cost: la.cost, HasCost: la.hasCost,
-		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek, Quotas: ctx.Env.Quotas}
+		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek, Quotas: ctx.Env}
 	now := ctx.Now()
 	out, err := tree.Acquire(ctx.Env.Store, now, &call, &ctx.S.scratch)
 	if err != nil {
@@ -185,7 +185,7 @@ func budgetTarget(ctx *Ctx, path []byte) bool {
 
 func budgetRefund(ctx *Ctx, la *limitArgs) {
 	tree := ctx.Env.Cluster.State().Tree
-	call := budget.Call{Path: la.target, Subject: la.subject, Quotas: ctx.Env.Quotas}
+	call := budget.Call{Path: la.target, Subject: la.subject, Quotas: ctx.Env}
 	out, err := tree.Refund(ctx.Env.Store, ctx.Now(), &call, la.cost, &ctx.S.scratch)
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())

@@ -281,8 +281,8 @@ func acquireCmd(ctx *Ctx) {
 		rate = nil // a quota alone
 	}
 	now := ctx.Now()
-	r, limitedBy := ctx.inlineCall(&la, rate, now, cost, la.waitMs*int64(time.Millisecond), la.dryRun)
-	if limitedBy == nil {
+	r, limitedBy, room := ctx.inlineCall(&la, rate, now, cost, la.waitMs*int64(time.Millisecond), la.dryRun)
+	if !room {
 		ctx.Conn.WriteError(budget.ErrQuotaCountersFull.Error())
 		return
 	}
@@ -293,7 +293,7 @@ func acquireCmd(ctx *Ctx) {
 	if r.Allowed && r.Wait > 0 && !la.dryRun {
 		if ctx.hold(r.Wait) {
 			// Describe the bucket as it is now, when the reply goes out.
-			cur, by := ctx.inlineCall(&la, rate, ctx.Env.Clock(), 0, 0, true)
+			cur, by, _ := ctx.inlineCall(&la, rate, ctx.Env.Clock(), 0, 0, true)
 			r.Remaining, r.ResetAfter, limitedBy = cur.Remaining, cur.ResetAfter, by
 		} else {
 			// Stopping: give the reserved tokens back rather than admit early.
@@ -315,12 +315,12 @@ const inlineQuotaPrefix = "i|"
 
 // inlineCall charges an inline call at now — its bucket under rate unless
 // rate is nil, and its quota if it has one — or with dry only evaluates
-// it. It returns the result and the limited_by of its tightest level; a
-// nil limited_by means the call would start a quota counter and there is
-// no room for one (budget.ErrQuotaCountersFull).
-func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait int64, dry bool) (engine.Result, []byte) {
+// it. It returns the result and the limited_by of its tightest level;
+// room is false, and nothing is charged, when the call would start a quota
+// counter and there is no room for one (budget.ErrQuotaCountersFull).
+func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait int64, dry bool) (r engine.Result, limitedBy []byte, room bool) {
 	if !la.hasQuota {
-		return ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: rate, Cost: cost}, wait, dry), la.target
+		return ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: rate, Cost: cost}, wait, dry), la.target, true
 	}
 	qlim := la.quotaLimit()
 	var reqs [2]engine.Request
@@ -331,14 +331,14 @@ func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait in
 	}
 	reqs[n] = ctx.inlineQuota(la, &qlim, now, cost)
 	// (The key as ctx.S.qkey holds it: reqs would move to the heap.)
-	if q := ctx.Env.Quotas; q != nil && cost > 0 && !dry && !q.QuotaRoom(ctx.S.qkey) {
-		return engine.Result{}, nil
+	if cost > 0 && !dry && !ctx.Env.QuotaRoom(ctx.S.qkey) {
+		return r, nil, false
 	}
-	r := ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
+	r = ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
 	if r.Level == n {
-		return r, ctx.quotaName(la.target)
+		return r, ctx.quotaName(la.target), true
 	}
-	return r, la.target
+	return r, la.target, true
 }
 
 // inlineQuota returns the request of an inline call's quota counter in the
@@ -369,7 +369,7 @@ func (ctx *Ctx) inlineRefund(la *limitArgs, rate *engine.Limit, now, n int64) (e
 	qlim := la.quotaLimit()
 	q := ctx.inlineQuota(la, &qlim, now, 0)
 	ctx.Env.Store.RefundQuota(now, &q, n)
-	r, by := ctx.inlineCall(la, rate, now, 0, 0, true)
+	r, by, _ := ctx.inlineCall(la, rate, now, 0, 0, true)
 	r.Allowed = true
 	return r, by
 }
@@ -399,7 +399,7 @@ func peekCmd(ctx *Ctx) {
 	if la.hasCost {
 		cost = la.cost
 	}
-	r, by := ctx.inlineCall(&la, rate, ctx.Now(), cost, 0, true)
+	r, by, _ := ctx.inlineCall(&la, rate, ctx.Now(), cost, 0, true)
 	allowed := 0
 	if r.Allowed {
 		allowed = 1

@@ -81,7 +81,7 @@ func quotaCmd(ctx *Ctx) {
 	var st budget.QuotaStatus
 	if qt.budget {
 		tree := ctx.Env.Cluster.State().Tree
-		call := budget.Call{Path: qt.la.target, Subject: qt.la.subject, Quotas: ctx.Env.Quotas}
+		call := budget.Call{Path: qt.la.target, Subject: qt.la.subject, Quotas: ctx.Env}
 		found, err := false, error(nil)
 		if st, found, err = tree.Quota(ctx.Env.Store, now, &call, &ctx.S.scratch); err != nil {
 			ctx.Conn.WriteError(err.Error())
@@ -144,7 +144,7 @@ func quotaReset(ctx *Ctx) {
 		_, found := ctx.Env.Store.Limit(engine.SpaceQuota, []byte(k))
 		local = local || found
 	}
-	e := raftfsm.Entry{Type: raftfsm.QuotaReset}
+	e := raftfsm.Entry{Type: raftfsm.QuotaReset, Now: ctx.Env.Clock()}
 	for _, k := range keys {
 		e.Keys = append(e.Keys, raftfsm.QuotaKey(k))
 	}

@@ -317,6 +317,13 @@ type Env struct {
 	labels atomic.Pointer[budgetLabels]
 }
 
+// QuotaRoom reports whether a call may count against the quota counter
+// key: the counter exists, here or in the cluster, or the cluster has room
+// for another (--max-quota-counters).
+func (env *Env) QuotaRoom(key []byte) bool {
+	return env.Quotas == nil || env.Store.HasQuota(key) || env.Quotas.QuotaRoom(key)
+}
+
 // QuotaState is the committed quota counters; *raftfsm.FSM implements it.
 type QuotaState interface {
 	QuotaUsed(key []byte, start, end int64) int64

@@ -155,6 +155,16 @@ func (s *Store) QuotaUsed(r *Request) int64 {
 	return max(n, 0)
 }
 
+// HasQuota reports whether the store holds a counter for key.
+func (s *Store) HasQuota(key []byte) bool {
+	h := s.hash(SpaceQuota, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.find(h, key)
+	return ok
+}
+
 // QuotaCount returns the count of key's quota not yet committed, in the
 // period starting at start.
 func (s *Store) QuotaCount(key []byte, start int64) int64 {

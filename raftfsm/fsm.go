@@ -165,9 +165,9 @@ func (f *FSM) QuotaSeq(origin string) uint64 { return f.quotas.LastSeq(origin) }
 // as it is applied. A batch already applied is skipped and not reported.
 type QuotaObserver interface {
 	QuotaAdded(origin string, seq uint64, items []QuotaItem)
-	// QuotaReset reports a reset, with its log index: a node replaying
-	// its log sees resets it already acted on before it restarted.
-	QuotaReset(keys []QuotaKey, index uint64)
+	// QuotaReset reports a reset, with the time its proposer made it (a
+	// node replaying its log sees resets made before it started).
+	QuotaReset(keys []QuotaKey, at int64)
 }
 
 // SetQuotaObserver sets the observer of quota changes.
@@ -268,7 +268,7 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 			}
 		}
 		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReset(e.Keys, index)
+			(*o).QuotaReset(e.Keys, e.Now)
 		}
 		return Response{N: n}
 	case AddMember, RemoveMember:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -203,8 +204,16 @@ func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 	if g.QuotaUsed([]byte("acme"), day, 2*day) != 2 || g.QuotaUsed([]byte("beta"), 0, day) != 0 || g.QuotaSeq("n1") != 5 || g.QuotaSeq("n2") != 2 {
 		t.Fatal("counters or batch numbers not restored")
 	}
-	// Ended periods are purged as entries pass (each apply purges a shard).
+	// Ended periods are purged as entries pass (each apply purges a shard),
+	// a minute after they ended by the proposer's clock: a proposer whose
+	// clock runs a little ahead does not end them for everyone.
 	for i := uint64(10); i < 10+64; i++ {
+		add(i, 2*day+int64(30*time.Second), "", 0)
+	}
+	if n := f.QuotaCounters(); n == 0 {
+		t.Fatal("counters purged 30 s after their period")
+	}
+	for i := uint64(100); i < 100+64; i++ {
 		add(i, 3*day, "", 0)
 	}
 	if n := f.QuotaCounters(); n != 0 {
@@ -224,7 +233,7 @@ type quotaLog struct{ seen, reset []string }
 func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
 	q.seen = append(q.seen, fmt.Sprintf("%s/%d/%d", origin, seq, len(items)))
 }
-func (q *quotaLog) QuotaReset(keys []QuotaKey, _ uint64) {
+func (q *quotaLog) QuotaReset(keys []QuotaKey, _ int64) {
 	for _, k := range keys {
 		q.reset = append(q.reset, string(k))
 	}

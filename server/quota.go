@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,9 +37,10 @@ type quotaSyncer struct {
 	store    *engine.Store
 	self     string
 	maxBytes int // estimated payload bytes of one batch
-	// bootIndex is the last log index when the node opened: entries up to
-	// it are replayed from before this process.
-	bootIndex uint64
+	// started is when this process began counting: a reset made before
+	// it is one replayed from the log, older than every count the store
+	// holds.
+	started int64
 
 	mu       sync.Mutex
 	inflight *quotaBatch
@@ -65,7 +65,7 @@ func newQuotaSyncer(n *Node, maxBulkLen int) *quotaSyncer {
 			Help: "Attempts to commit a batch of quota counts that failed (no leader, timeout); the batch is retried."}),
 	}
 	n.Server.env.Metrics.Registry.MustRegister(q.committed, q.failed)
-	q.bootIndex, _ = strconv.ParseUint(n.Raft.Stats()["last_log_index"], 10, 64)
+	q.started = n.Server.env.Clock()
 	n.Raft.FSM().SetQuotaObserver(q)
 	return q
 }
@@ -92,11 +92,7 @@ func (q *quotaSyncer) run(interval time.Duration) {
 func (q *quotaSyncer) round(wait time.Duration) bool {
 	q.mu.Lock()
 	b := q.inflight
-	if b != nil && !b.settled && q.n.Raft.FSM().QuotaSeq(q.self) >= b.Seq {
-		// Applied without the observer hearing of it: in a snapshot this
-		// replica installed.
-		q.settle(b)
-	}
+	q.settleApplied(q.n.Raft.FSM().QuotaSeq(q.self))
 	switch {
 	case b != nil && b.settled:
 		b, q.inflight = nil, nil
@@ -108,6 +104,12 @@ func (q *quotaSyncer) round(wait time.Duration) bool {
 	}
 	q.mu.Unlock()
 	if b == nil {
+		if !q.n.Raft.Ready() {
+			// Until the replica has caught up, the last batch number it
+			// knows from this node may be stale: a new number could look
+			// like an old batch and be skipped. The counts wait here.
+			return false
+		}
 		// Gathering scans every pending counter: without q.mu, which the
 		// Raft apply goroutine takes. Only this goroutine sets inflight.
 		if b = q.gather(); b == nil {
@@ -186,6 +188,15 @@ func (q *quotaSyncer) QuotaAdded(origin string, seq uint64, items []raftfsm.Quot
 	q.settle(b)
 }
 
+// settleApplied settles the batch in flight if this replica has applied
+// it (lastSeq is the last batch number it applied from this node) without
+// the observer hearing of it: in a snapshot it installed. q.mu held.
+func (q *quotaSyncer) settleApplied(lastSeq uint64) {
+	if b := q.inflight; b != nil && !b.settled && lastSeq >= b.Seq {
+		q.settle(b)
+	}
+}
+
 // settle takes a committed batch's counts off the store's uncommitted
 // counts (q.mu held).
 func (q *quotaSyncer) settle(b *quotaBatch) {
@@ -197,10 +208,10 @@ func (q *quotaSyncer) settle(b *quotaBatch) {
 }
 
 // QuotaReset drops this node's uncommitted counts of reset counters,
-// unless the reset is one this process's log held when it started: those
-// are replayed, and the counts now in the store came after them.
-func (q *quotaSyncer) QuotaReset(keys []raftfsm.QuotaKey, index uint64) {
-	if index <= q.bootIndex {
+// unless the reset was made before this process started: then it is
+// replayed from the log, and the counts the store holds came after it.
+func (q *quotaSyncer) QuotaReset(keys []raftfsm.QuotaKey, at int64) {
+	if at < q.started {
 		return
 	}
 	for _, k := range keys {
