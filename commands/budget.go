@@ -12,22 +12,31 @@ import (
 func budgetCommands() []*Command {
 	return []*Command{
 		{Name: "RL.BUDGET", Arity: -2, Flags: 0, Handler: budgetCmd, Summary: "Read and change the replicated budget tree.",
-			Syntax: "SET path json|keywords | GET path | DEL path [RECURSIVE] | LIST [prefix] | EXPORT | IMPORT json [REPLACE] [IFEMPTY]"},
+			Syntax: "SET path json|keywords | GET path [CONSISTENT] | DEL path [RECURSIVE] | LIST [prefix] | EXPORT | IMPORT json [REPLACE] [IFEMPTY]"},
 	}
 }
 
 func budgetCmd(ctx *Ctx) {
 	a := ctx.Args
 	sub := a[1]
-	tree := ctx.Env.Cluster.State().Tree
 	switch {
-	case eq(sub, "GET") && len(a) == 3:
+	case eq(sub, "GET") && (len(a) == 3 || len(a) == 4 && eq(a[3], "CONSISTENT")):
+		st, ok := ctx.readState(len(a) == 4)
+		if !ok {
+			return
+		}
+		tree := st.Tree
 		if n := tree.Get(string(a[2])); n != nil {
 			ctx.Conn.WriteBulk(tree.NodeJSON(n))
 		} else {
 			ctx.Conn.WriteNull()
 		}
 	case eq(sub, "LIST") && len(a) <= 3:
+		st, ok := ctx.readState(false)
+		if !ok {
+			return
+		}
+		tree := st.Tree
 		prefix := ""
 		if len(a) == 3 {
 			prefix = string(a[2])
@@ -38,7 +47,11 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteBulkString(p)
 		}
 	case eq(sub, "EXPORT") && len(a) == 2:
-		ctx.Conn.WriteBulk(tree.Export())
+		st, ok := ctx.readState(false)
+		if !ok {
+			return
+		}
+		ctx.Conn.WriteBulk(st.Tree.Export())
 	case eq(sub, "SET") && len(a) >= 3:
 		if !adminRole(ctx) {
 			return
@@ -59,7 +72,7 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteError(err.Error())
 			return
 		}
-		ctx.write((&raftfsm.Entry{Type: raftfsm.SetBudget, Path: path, Config: &cfg}).Encode(), ctx.okWarn)
+		ctx.write(&raftfsm.Entry{Type: raftfsm.SetBudget, Path: path, Config: &cfg}, ctx.okWarn)
 	case eq(sub, "DEL") && (len(a) == 3 || len(a) == 4):
 		if !adminRole(ctx) {
 			return
@@ -69,7 +82,7 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteError(errSyntax)
 			return
 		}
-		ctx.write((&raftfsm.Entry{Type: raftfsm.DelBudget, Path: string(a[2]), Recursive: recursive}).Encode(),
+		ctx.write(&raftfsm.Entry{Type: raftfsm.DelBudget, Path: string(a[2]), Recursive: recursive},
 			func(r raftfsm.Response) { ctx.Conn.WriteInt(r.N) })
 	case eq(sub, "IMPORT") && len(a) >= 3:
 		if !adminRole(ctx) {
@@ -93,11 +106,27 @@ func budgetCmd(ctx *Ctx) {
 			return
 		}
 		e.Budgets = cfgs
-		ctx.write(e.Encode(), ctx.okWarn)
+		ctx.write(&e, ctx.okWarn)
 	default:
 		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) +
 			"'. Try RL.BUDGET SET, GET, DEL, LIST, EXPORT or IMPORT.")
 	}
+}
+
+// readState returns the replicated state for a read: on a new leader once
+// it has caught up; with consistent, a linearizable read at the leader,
+// to which a follower relays the command.
+func (ctx *Ctx) readState(consistent bool) (*raftfsm.State, bool) {
+	st, err := ctx.Env.Cluster.ReadState(consistent)
+	switch {
+	case err == raftfsm.ErrNotLeader && consistent:
+		ctx.forward()
+		return nil, false
+	case err != nil:
+		ctx.Conn.WriteError(err.Error())
+		return nil, false
+	}
+	return st, true
 }
 
 func (ctx *Ctx) okWarn(r raftfsm.Response) {

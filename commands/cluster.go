@@ -14,12 +14,19 @@ import (
 type Cluster interface {
 	ID() string
 	State() *raftfsm.State
+	// ReadState is the state for a read (see raftfsm.Node.ReadState).
+	ReadState(consistent bool) (*raftfsm.State, error)
 	IsLeader() bool
 	Leader() (id, respAddr string, ok bool)
 	Role() string
+	Removed() bool
+	AppliedIndex() uint64
+	// Write proposes an entry wherever the leader is; Apply applies one
+	// forwarded by another node, here only.
+	Write(e *raftfsm.Entry) (raftfsm.Response, error)
 	Apply(entry []byte) (raftfsm.Response, error)
 	Forward(args [][]byte) ([]byte, error)
-	Join(id, raftAddr, respAddr string) error
+	Join(id, raftAddr, respAddr string, auto bool) error
 	Leave(id string) error
 	Stats() map[string]string
 	Servers() ([]raft.Server, error)
@@ -32,26 +39,18 @@ func clusterCommands() []*Command {
 	}
 }
 
-// write proposes entry through Raft and renders the applied response with
-// ok. On a follower it forwards the command to the leader and relays the
-// leader's reply as it is.
-func (ctx *Ctx) write(entry []byte, ok func(raftfsm.Response)) {
-	cl := ctx.Env.Cluster
-	if cl.IsLeader() {
-		resp, err := cl.Apply(entry)
-		switch {
-		case err == nil && resp.Err != nil:
-			ctx.Conn.WriteError(resp.Err.Error())
-			return
-		case err == nil:
-			ok(resp)
-			return
-		case err != raftfsm.ErrNotLeader:
-			ctx.Conn.WriteError(err.Error())
-			return
-		}
+// write proposes entry through Raft, wherever the leader is (waiting for
+// one up to --apply-timeout), and renders the applied response with ok.
+func (ctx *Ctx) write(e *raftfsm.Entry, ok func(raftfsm.Response)) {
+	resp, err := ctx.Env.Cluster.Write(e)
+	switch {
+	case err != nil:
+		ctx.Conn.WriteError(err.Error())
+	case resp.Err != nil:
+		ctx.Conn.WriteError(resp.Err.Error())
+	default:
+		ok(resp)
 	}
-	ctx.forward()
 }
 
 // forward relays the current command to the leader.
@@ -75,9 +74,13 @@ func clusterCmd(ctx *Ctx) {
 	case eq(sub, "INFO") && len(a) == 2:
 		st := cl.Stats()
 		leaderID, leaderAddr, _ := cl.Leader()
+		role := cl.Role()
+		if cl.Removed() {
+			role = "removed"
+		}
 		pairs := []string{
-			"node_id", cl.ID(), "role", cl.Role(), "leader_id", leaderID, "leader_addr", leaderAddr,
-			"term", st["term"], "commit_index", st["commit_index"], "applied_index", st["applied_index"],
+			"node_id", cl.ID(), "role", role, "leader_id", leaderID, "leader_addr", leaderAddr,
+			"term", st["term"], "commit_index", st["commit_index"], "applied_index", strconv.FormatUint(cl.AppliedIndex(), 10),
 			"members", strconv.Itoa(len(cl.State().Members)),
 			"sync_interval_ms", strconv.FormatInt(ctx.Env.SyncInterval.Milliseconds(), 10),
 			"sync_lag_ms", strconv.FormatInt(lagMs(ctx.Env.SyncLag()), 10),
@@ -115,7 +118,9 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteBulkString(suffrage)
 			ctx.Conn.WriteBulkString(role)
 		}
-	case eq(sub, "JOIN") && len(a) == 5:
+	case eq(sub, "JOIN") && (len(a) == 5 || len(a) == 6 && eq(a[5], "AUTO")):
+		// AUTO marks a node's own request to join (sent by the node
+		// itself), which is refused for a node an operator removed.
 		if !adminRole(ctx) {
 			return
 		}
@@ -124,7 +129,23 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteError("ERR node id must be non-empty, without spaces, commas or '='")
 			return
 		}
-		ctx.membership(func() error { return cl.Join(id, raftAddr, respAddr) })
+		ctx.membership(func() error { return cl.Join(id, raftAddr, respAddr, len(a) == 6) })
+	case eq(sub, "APPLY") && len(a) == 3:
+		// A write another node forwards to this one, the leader: an
+		// encoded log entry; the reply is its encoded outcome.
+		if !adminRole(ctx) {
+			return
+		}
+		if _, err := raftfsm.Decode(a[2]); err != nil {
+			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: " + err.Error())
+			return
+		}
+		resp, err := cl.Apply(a[2])
+		if err != nil {
+			ctx.Conn.WriteError(err.Error())
+			return
+		}
+		ctx.Conn.WriteBulk(raftfsm.EncodeResponse(resp))
 	case eq(sub, "LEAVE") && len(a) == 3:
 		if !adminRole(ctx) {
 			return

@@ -148,7 +148,7 @@ func quotaReset(ctx *Ctx) {
 	for _, k := range keys {
 		e.Keys = append(e.Keys, raftfsm.QuotaKey(k))
 	}
-	ctx.write(e.Encode(), func(r raftfsm.Response) {
+	ctx.write(&e, func(r raftfsm.Response) {
 		if r.N > 0 || local {
 			ctx.Conn.WriteInt(1)
 		} else {
@@ -177,5 +177,5 @@ func quotaSyncCmd(ctx *Ctx) {
 		return
 	}
 	e := raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: from, Seq: b.Seq, Now: b.Now, Quotas: b.Quotas}
-	ctx.write(e.Encode(), func(r raftfsm.Response) { ctx.Conn.WriteInt(r.N) })
+	ctx.write(&e, func(r raftfsm.Response) { ctx.Conn.WriteInt(r.N) })
 }

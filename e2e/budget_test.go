@@ -14,7 +14,9 @@ import (
 
 func client(t *testing.T, addr string) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	// Writes may wait up to --apply-timeout (5s) for a leader: the client
+	// waits longer than that.
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 10 * time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

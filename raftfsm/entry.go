@@ -44,9 +44,11 @@ type Entry struct {
 	Budgets map[string]budget.Config `json:"budgets,omitempty"`
 	Replace bool                     `json:"replace,omitempty"`
 	IfEmpty bool                     `json:"if_empty,omitempty"`
-	// AddMember, RemoveMember
+	// AddMember, RemoveMember. Auto marks a node's own request to join,
+	// which is refused for a node an operator removed.
 	Member *Member `json:"member,omitempty"`
 	ID     string  `json:"id,omitempty"`
+	Auto   bool    `json:"auto,omitempty"`
 	// QuotaAdd, QuotaReset (Keys); Now is the proposer's clock, which the
 	// state machine uses (never its own) to purge ended periods. Origin and
 	// Seq number a node's batches of quota counts, so that a batch retried
@@ -56,6 +58,8 @@ type Entry struct {
 	Now    int64       `json:"now,omitempty"`
 	Origin string      `json:"origin,omitempty"`
 	Seq    uint64      `json:"seq,omitempty"`
+	// Req names the write for retries (see ReqID); set by Node.Write.
+	Req *ReqID `json:"req,omitempty"`
 }
 
 // Member is one node of the cluster as the replicated state knows it.

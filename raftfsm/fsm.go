@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -19,6 +20,9 @@ import (
 type State struct {
 	Tree    *budget.Tree
 	Members map[string]Member
+	// Removed holds the ids an operator removed with RL.CLUSTER LEAVE: such
+	// a node does not rejoin on its own, only when an operator joins it.
+	Removed map[string]bool
 }
 
 // SortedMembers returns the members ordered by id.
@@ -39,6 +43,8 @@ type Response struct {
 	Warn string
 	// N counts what changed (nodes removed by a delete).
 	N int
+	// Index is the log index of the entry.
+	Index uint64
 }
 
 // FSM is the Raft state machine. Apply is deterministic: it uses only the
@@ -58,12 +64,18 @@ type FSM struct {
 	// quotaObs, if set, learns of applied quota changes (SetQuotaObserver).
 	quotaObs  atomic.Pointer[QuotaObserver]
 	maxQuotas atomic.Int64
+	// OnConfiguration, if set, learns of each applied Raft configuration.
+	OnConfiguration func(index uint64, c raft.Configuration)
+
+	writes writeTable
+	waitMu sync.Mutex
+	waitCh chan struct{}
 }
 
 // NewFSM returns a state machine with an empty tree and no members.
 func NewFSM() *FSM {
 	f := &FSM{quotas: newQuotaTable()}
-	f.state.Store(&State{Tree: budget.Empty, Members: map[string]Member{}})
+	f.state.Store(&State{Tree: budget.Empty, Members: map[string]Member{}, Removed: map[string]bool{}})
 	return f
 }
 
@@ -95,7 +107,7 @@ type viewDoc struct {
 func (f *FSM) SaveView(path string) (uint64, error) {
 	idx := f.applied.Load()
 	st := f.state.Load()
-	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Quotas: f.quotas.items(), Seqs: f.quotas.seqsCopy()}}
+	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Removed: st.Removed, Quotas: f.quotas.items(), Seqs: f.quotas.seqsCopy()}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return 0, err
@@ -135,7 +147,10 @@ func (f *FSM) LoadView(path string, after uint64) error {
 	for _, q := range doc.Quotas {
 		quotas[string(q.Key)] = q
 	}
-	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members}, index: doc.Index, quotas: quotas})
+	if doc.Removed == nil {
+		doc.Removed = map[string]bool{}
+	}
+	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members, Removed: doc.Removed}, index: doc.Index, quotas: quotas})
 	return nil
 }
 
@@ -205,20 +220,31 @@ func (f *FSM) Apply(l *raft.Log) any {
 		if f.OnApply != nil {
 			f.OnApply(l.Index)
 		}
+		f.appliedSignal()
 	}()
 	if l.Type != raft.LogCommand {
-		return Response{}
+		return Response{Index: l.Index}
 	}
 	e, err := Decode(l.Data)
 	if err != nil {
-		return Response{Err: &budget.Error{Code: "ERR", Msg: err.Error()}}
+		return Response{Err: &budget.Error{Code: "ERR", Msg: err.Error()}, Index: l.Index}
 	}
-	return f.apply(e, l.Index)
+	if e.Req != nil {
+		if o, ok := f.writes.get(e.Req); ok {
+			return o.response() // a retry: answered as the first time
+		}
+	}
+	resp := f.apply(e, l.Index)
+	resp.Index = l.Index
+	if e.Req != nil {
+		f.writes.put(e.Req, outcomeOf(e.Req.Seq, l.Index, resp))
+	}
+	return resp
 }
 
 func (f *FSM) apply(e *Entry, index uint64) Response {
 	cur := f.state.Load()
-	next := &State{Tree: cur.Tree, Members: cur.Members}
+	next := &State{Tree: cur.Tree, Members: cur.Members, Removed: cur.Removed}
 	var resp Response
 	switch e.Type {
 	case SetBudget:
@@ -272,6 +298,19 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 		}
 		return Response{N: n}
 	case AddMember, RemoveMember:
+		if e.Type == AddMember && e.Auto && cur.Removed[e.Member.ID] {
+			return Response{Err: errRemoved(e.Member.ID)}
+		}
+		removed := make(map[string]bool, len(cur.Removed)+1)
+		for k := range cur.Removed {
+			removed[k] = true
+		}
+		if e.Type == AddMember {
+			delete(removed, e.Member.ID)
+		} else {
+			removed[e.ID] = true
+		}
+		next.Removed = removed
 		m := make(map[string]Member, len(cur.Members)+1)
 		for k, v := range cur.Members {
 			m[k] = v
@@ -294,6 +333,10 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 	return resp
 }
 
+func errRemoved(id string) error {
+	return &budget.Error{Code: "ERR", Msg: "node '" + id + "' was removed from the cluster with RL.CLUSTER LEAVE; an operator re-admits it with RL.CLUSTER JOIN"}
+}
+
 // snapshotFormat versions the snapshot encoding.
 const snapshotFormat = 1
 
@@ -304,6 +347,11 @@ type snapshotDoc struct {
 	Members map[string]Member           `json:"members"`
 	Quotas  []QuotaItem                 `json:"quotas,omitempty"`
 	Seqs    map[string]uint64           `json:"quota_seqs,omitempty"`
+	// Applied is the index of the last entry Raft handed to the state
+	// machine when the snapshot was taken (the snapshot's own index).
+	Applied uint64          `json:"applied,omitempty"`
+	Writes  []writeDoc      `json:"writes,omitempty"`
+	Removed map[string]bool `json:"removed,omitempty"`
 }
 
 // Snapshot captures the current state; Persist does the I/O without
@@ -311,17 +359,21 @@ type snapshotDoc struct {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	// The quota counters change in place, so they are copied here (Apply
 	// waits meanwhile); the tree is immutable and only referenced.
-	return &snapshot{st: f.state.Load(), quotas: f.quotas.items(), seqs: f.quotas.seqsCopy()}, nil
+	return &snapshot{st: f.state.Load(), quotas: f.quotas.items(), seqs: f.quotas.seqsCopy(),
+		applied: f.applied.Load(), writes: f.writes.docs()}, nil
 }
 
 type snapshot struct {
-	st     *State
-	quotas []QuotaItem
-	seqs   map[string]uint64
+	st      *State
+	quotas  []QuotaItem
+	seqs    map[string]uint64
+	applied uint64
+	writes  []writeDoc
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members, Quotas: s.quotas, Seqs: s.seqs}
+	doc := snapshotDoc{Format: snapshotFormat, Version: s.st.Tree.Version(), Budgets: s.st.Tree.Versioned(), Members: s.st.Members, Quotas: s.quotas, Seqs: s.seqs,
+		Applied: s.applied, Writes: s.writes, Removed: s.st.Removed}
 	if err := json.NewEncoder(sink).Encode(doc); err != nil {
 		sink.Cancel()
 		return err
@@ -348,8 +400,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if doc.Members == nil {
 		doc.Members = map[string]Member{}
 	}
-	f.state.Store(&State{Tree: t, Members: doc.Members})
+	if doc.Removed == nil {
+		doc.Removed = map[string]bool{}
+	}
+	f.state.Store(&State{Tree: t, Members: doc.Members, Removed: doc.Removed})
 	f.quotas.replace(doc.Quotas, doc.Seqs)
+	f.writes = writesFrom(doc.Writes)
+	if doc.Applied > 0 {
+		f.applied.Store(doc.Applied)
+	}
+	f.appliedSignal()
 	return nil
 }
 

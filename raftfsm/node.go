@@ -11,16 +11,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-
-	"github.com/sluice-rl/sluice/internal/respclient"
 )
 
 // Options configures a Node.
@@ -35,13 +33,13 @@ type Options struct {
 	// Join is any member's RESP address, for a node joining a cluster.
 	Join string
 	// TLS is the server side of Raft's TLS (with client certificates
-	// required when it has ClientCAs); ClientTLS dials peers, for Raft and
-	// for RESP. Both nil: plain TCP.
+	// required when it has ClientCAs); ClientTLS dials peers. Both nil:
+	// plain TCP.
 	TLS, ClientTLS *tls.Config
-	// User and Password authenticate RESP calls to peers (join,
-	// forwarding); an empty User means the default user.
-	User, Password string
-	Logger         *slog.Logger
+	// Remote carries what a node asks of other nodes outside Raft (forwarded
+	// writes, joins); the server implements it over its client protocol.
+	Remote Remote
+	Logger *slog.Logger
 	// LogLevel filters hashicorp/raft's own lines, which go to Logger:
 	// warnings and errors always, info and debug with "debug".
 	LogLevel string
@@ -56,6 +54,35 @@ type Options struct {
 	ObserveApply func(seconds float64)
 }
 
+// Remote is how a node reaches other nodes outside Raft. Calls end when
+// ctx does.
+type Remote interface {
+	// Forward proposes an encoded entry on the leader at addr and returns
+	// its outcome; errors are *Error (Retry set when another attempt, at
+	// the same or a new leader, may succeed).
+	Forward(ctx context.Context, addr string, entry []byte) (Response, error)
+	// Relay sends a client command to the node at addr and returns its raw
+	// reply (membership changes and consistent reads run on the leader).
+	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
+	// Join asks the member at addr to add m as a voter (auto: the node's
+	// own request, refused for a node an operator removed).
+	Join(ctx context.Context, addr string, m Member) error
+	Close()
+}
+
+// noRemote is the Remote of a node that cannot reach others (tests of a
+// lone node).
+type noRemote struct{}
+
+var errNoRemote = &Error{Code: "TRYAGAIN", Msg: "no way to reach other nodes", Retry: true}
+
+func (noRemote) Forward(context.Context, string, []byte) (Response, error) {
+	return Response{}, errNoRemote
+}
+func (noRemote) Relay(context.Context, string, [][]byte) ([]byte, error) { return nil, errNoRemote }
+func (noRemote) Join(context.Context, string, Member) error              { return errNoRemote }
+func (noRemote) Close()                                                  {}
+
 // Node is this process's Raft member.
 type Node struct {
 	opts    Options
@@ -63,11 +90,18 @@ type Node struct {
 	raft    *raft.Raft
 	fsm     *FSM
 	bolt    *raftboltdb.BoltStore
+	logs    raft.LogStore
 	trans   *raft.NetworkTransport
-	client  *respclient.Client // joins
-	fwd     *respclient.Client // forwarded writes
+	remote  Remote
 	notify  chan bool
 	changed chan struct{}
+	events  signal // leader or role changed
+	seq     atomic.Uint64
+	// readTerm is the term in which this node, as leader, has applied an
+	// entry of its own: reads it serves as leader wait for it.
+	readTerm  atomic.Uint64
+	removed   atomic.Bool
+	wasMember atomic.Bool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -82,17 +116,52 @@ const ForwardPrefix = "sluice-forward:"
 // Errors a write can meet, worded as replies.
 var (
 	// ErrNotLeader: this node is not the leader; forward the write.
-	ErrNotLeader = &Error{Code: "TRYAGAIN", Msg: "not the leader"}
+	ErrNotLeader = &Error{Code: "TRYAGAIN", Msg: "not the leader", Retry: true}
 	ErrNoLeader  = &Error{Code: "TRYAGAIN", Msg: "no leader"}
 	ErrTimeout   = &Error{Code: "TRYAGAIN", Msg: "no quorum: the write was not committed in time; it may still be applied, and writes are safe to repeat"}
-	ErrLost      = &Error{Code: "TRYAGAIN", Msg: "leadership lost while applying: the write may or may not have been applied; writes are safe to repeat"}
+	ErrLost      = &Error{Code: "TRYAGAIN", Msg: "leadership lost while applying", Retry: true}
 	ErrShutdown  = &Error{Code: "CLUSTERDOWN", Msg: "this node is shutting down"}
+	ErrRemoved   = &Error{Code: "CLUSTERDOWN", Msg: "this node was removed from the cluster (RL.CLUSTER LEAVE); an operator re-admits it with RL.CLUSTER JOIN"}
+	ErrNotCaught = &Error{Code: "TRYAGAIN", Msg: "the new leader has not applied the log yet"}
 )
 
-// Error is a cluster error with its reply code.
-type Error struct{ Code, Msg string }
+// Error is a cluster error with its reply code. Retry marks an error after
+// which the same write may be tried again, here or at a new leader.
+type Error struct {
+	Code, Msg string
+	Retry     bool
+}
 
 func (e *Error) Error() string { return e.Code + " " + e.Msg }
+
+func retryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retry
+}
+
+// signal is a broadcast: wait returns a channel that fire closes.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}
 
 // Open opens (or creates) the node's Raft state in DataDir and starts it:
 // a node with no state bootstraps (alone, or with Peers) or joins.
@@ -107,9 +176,14 @@ func Open(o Options) (*Node, error) {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	hl := raftLogger(o.Logger, o.LogLevel)
+	if o.Remote == nil {
+		o.Remote = noRemote{}
+	}
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
-		client: &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-peer:" + o.ID, Timeout: 10 * time.Second},
-		fwd:    &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: ForwardPrefix + o.ID, Timeout: 10 * time.Second}}
+		remote: o.Remote}
+	// Write ids continue across restarts (the clock has moved on), so a
+	// restarted node's writes are never mistaken for its earlier ones.
+	n.seq.Store(uint64(time.Now().UnixNano()))
 	var err error
 	if n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.DataDir, "raft.db")}); err != nil {
 		return nil, fmt.Errorf("raft log store: %w", err)
@@ -120,6 +194,7 @@ func Open(o Options) (*Node, error) {
 		cleanup()
 		return nil, err
 	}
+	n.logs = logs
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(o.DataDir, 2, hl)
 	if err != nil {
 		cleanup()
@@ -134,7 +209,7 @@ func Open(o Options) (*Node, error) {
 		o.ID = o.RaftAddr
 	}
 	n.opts.RaftAddr, n.opts.ID = o.RaftAddr, o.ID
-	n.client.Name, n.fwd.Name = "sluice-peer:"+o.ID, ForwardPrefix+o.ID
+	n.fsm.OnConfiguration = n.configurationApplied
 	// hashicorp/raft's timing (1 s heartbeat and election timeouts, 500 ms
 	// lease): a loaded machine's pauses do not start needless elections,
 	// and failover takes one to two seconds.
@@ -197,7 +272,17 @@ func Open(o Options) (*Node, error) {
 	if err := n.fsm.LoadView(n.viewPath(), n.raft.AppliedIndex()); err != nil {
 		n.log.Warn("saved view not used", "err", err)
 	}
-	n.wg.Add(3)
+	obs := make(chan raft.Observation, 16)
+	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	}))
+	n.electAloneAtOnce()
+	n.wg.Add(4)
+	go n.watch(obs)
 	go n.relayNotify()
 	go n.register()
 	go n.saveViews()
@@ -359,19 +444,111 @@ func (n *Node) Leader() (id, respAddr string, ok bool) {
 	return string(lid), m.RespAddr, known
 }
 
-// Apply proposes an entry and waits, at most ApplyTimeout, for it to be
-// committed and applied. Only the leader may apply: others get
-// ErrNotLeader and should forward.
-func (n *Node) Apply(entry []byte) (Response, error) {
+// Write proposes e wherever the leader is and waits for its outcome: on
+// the leader it applies, elsewhere it forwards the entry to the leader.
+// While no leader is known or the leader is unreachable it waits for one,
+// up to ApplyTimeout; an attempt whose outcome is unknown is retried, which
+// is safe because the state machine applies each write id once. When it
+// returns, this node has applied the write too (read-your-writes here).
+func (n *Node) Write(e *Entry) (Response, error) {
+	if n.removed.Load() {
+		return Response{}, ErrRemoved
+	}
+	e.Req = &ReqID{Node: n.opts.ID, Seq: n.seq.Add(1)}
+	b := e.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	resp, err := n.propose(ctx, b)
+	if err == nil {
+		n.waitApplied(ctx, resp.Index)
+	}
+	return resp, err
+}
+
+func (n *Node) propose(ctx context.Context, b []byte) (Response, error) {
+	var last error = ErrNoLeader
+	backoff := 10 * time.Millisecond
+	for {
+		changed := n.events.wait()
+		if n.raft.State() == raft.Leader {
+			resp, err := n.applyHere(ctx, b)
+			if err == nil || !retryable(err) {
+				return resp, err
+			}
+			last = err
+		} else if id, addr, ok := n.Leader(); ok && addr != "" && id != n.opts.ID {
+			resp, err := n.forwardOnce(ctx, addr, b)
+			if err == nil || !retryable(err) {
+				return resp, err
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if _, _, ok := n.Leader(); !ok || errors.Is(last, ErrNoLeader) {
+				return Response{}, ErrNoLeader
+			}
+			return Response{}, ErrTimeout
+		case <-n.stop:
+			return Response{}, ErrShutdown
+		case <-changed:
+			backoff = 10 * time.Millisecond
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 200*time.Millisecond)
+		}
+	}
+}
+
+// forwardOnce forwards to the leader at addr, giving up early when this
+// node's view of the leader changes (a dead or deposed leader).
+func (n *Node) forwardOnce(ctx context.Context, addr string, b []byte) (Response, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			changed := n.events.wait()
+			if _, a, ok := n.Leader(); !ok || a != addr {
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	resp, err := n.remote.Forward(ctx, addr, b)
+	if err != nil && ctx.Err() != nil {
+		return Response{}, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " did not answer", Retry: true}
+	}
+	return resp, err
+}
+
+// Apply applies an encoded entry on this node if it leads (else
+// ErrNotLeader), waiting at most ApplyTimeout. A write forwarded by
+// another node comes here: it is never forwarded again, so a stale view of
+// the leader cannot bounce a write between followers.
+func (n *Node) Apply(b []byte) (Response, error) {
 	if n.raft.State() != raft.Leader {
 		return Response{}, ErrNotLeader
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	return n.applyHere(ctx, b)
+}
+
+// applyHere proposes b on this node, which believes it leads, and waits
+// (until ctx ends) for its commit and apply.
+func (n *Node) applyHere(ctx context.Context, b []byte) (Response, error) {
 	start := time.Now()
-	f := n.raft.Apply(entry, n.opts.ApplyTimeout)
+	timeout := n.opts.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	f := n.raft.Apply(b, timeout)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
-	t := time.NewTimer(n.opts.ApplyTimeout)
-	defer t.Stop()
 	select {
 	case err := <-done:
 		if n.opts.ObserveApply != nil {
@@ -390,32 +567,111 @@ func (n *Node) Apply(entry []byte) (Response, error) {
 			return Response{}, ErrTimeout
 		}
 		return Response{}, &Error{Code: "TRYAGAIN", Msg: err.Error()}
-	case <-t.C:
+	case <-ctx.Done():
 		return Response{}, ErrTimeout
 	case <-n.stop:
 		return Response{}, ErrShutdown
 	}
 }
 
-// Forward sends a write to the leader over RESP and returns its raw reply.
+// waitApplied waits, until ctx ends, for this node to apply index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
+	for {
+		ch := n.fsm.appliedChanged()
+		if n.AppliedIndex() >= index {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-n.stop:
+			return false
+		case <-ch:
+		case <-time.After(10 * time.Millisecond): // no-ops move Raft's index only
+		}
+	}
+}
+
+// Forward relays a client command to the leader, waiting for one (up to
+// ApplyTimeout) when none is known, and returns its raw reply.
 func (n *Node) Forward(args [][]byte) ([]byte, error) {
-	_, addr, ok := n.Leader()
-	if !ok || addr == "" {
-		return nil, ErrNoLeader
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	for {
+		changed := n.events.wait()
+		if id, addr, ok := n.Leader(); ok && addr != "" && id != n.opts.ID {
+			raw, err := n.remote.Relay(ctx, addr, args)
+			if err == nil {
+				return raw, nil
+			}
+			if ctx.Err() != nil {
+				return nil, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ErrNoLeader
+		case <-n.stop:
+			return nil, ErrShutdown
+		case <-changed:
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	raw, err := n.fwd.Do(addr, args)
-	if err != nil {
-		return nil, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
+}
+
+// ReadState returns the state for a read. On a leader it first waits (up
+// to ApplyTimeout) until the leader has applied an entry of its own term,
+// so a new leader never answers with an older state than its predecessor
+// acknowledged. With consistent, the node must be the leader: it confirms
+// its leadership with a quorum and waits until it has applied everything
+// committed before the read (a linearizable read); others get ErrNotLeader.
+func (n *Node) ReadState(consistent bool) (*State, error) {
+	leader := n.raft.State() == raft.Leader
+	if !leader {
+		if consistent {
+			return nil, ErrNotLeader
+		}
+		return n.fsm.State(), nil
 	}
-	return raw, nil
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	for n.readTerm.Load() != n.raft.CurrentTerm() {
+		changed := n.events.wait()
+		if n.raft.State() != raft.Leader {
+			return n.ReadState(consistent)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ErrNotCaught
+		case <-n.stop:
+			return nil, ErrShutdown
+		case <-changed:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if consistent {
+		commit := n.raft.CommitIndex()
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			return nil, ErrNotLeader
+		}
+		if !n.waitApplied(ctx, commit) {
+			return nil, ErrTimeout
+		}
+	}
+	return n.fsm.State(), nil
 }
 
 // Join adds a node as a voter (leader only), first removing any stale
 // member with the same id or Raft address, and records its RESP address.
-// It is idempotent: joining a member again only refreshes its record.
-func (n *Node) Join(id, raftAddr, respAddr string) error {
+// It is idempotent: joining a member again only refreshes its record. An
+// automatic join (a node's own request) of a node an operator removed is
+// refused; an operator's join re-admits it.
+func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
+	}
+	if auto && n.fsm.State().Removed[id] {
+		return errRemoved(id)
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -432,7 +688,11 @@ func (n *Node) Join(id, raftAddr, respAddr string) error {
 			}
 		}
 	}
-	if _, err := n.Apply((&Entry{Type: AddMember, Member: &Member{ID: id, RespAddr: respAddr, RaftAddr: raftAddr}}).Encode()); err != nil {
+	resp, err := n.Write(&Entry{Type: AddMember, Member: &Member{ID: id, RespAddr: respAddr, RaftAddr: raftAddr}, Auto: auto})
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
 		return err
 	}
 	if already {
@@ -441,11 +701,12 @@ func (n *Node) Join(id, raftAddr, respAddr string) error {
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.opts.ApplyTimeout).Error(); err != nil {
 		return &Error{Code: "TRYAGAIN", Msg: "adding voter: " + err.Error()}
 	}
-	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr)
+	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr, "by_operator", !auto)
 	return nil
 }
 
-// Leave removes a node from the cluster (leader only).
+// Leave removes a node from the cluster (leader only). The node is marked
+// removed in the replicated state, so it does not rejoin on its own.
 func (n *Node) Leave(id string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
@@ -458,12 +719,17 @@ func (n *Node) Leave(id string) error {
 	for _, s := range f.Configuration().Servers {
 		found = found || string(s.ID) == id
 	}
-	_, member := n.fsm.State().Members[id]
+	st := n.fsm.State()
+	_, member := st.Members[id]
 	if !found && !member {
 		return &Error{Code: "ERR", Msg: "no node with id '" + id + "'"}
 	}
-	if member {
-		if _, err := n.Apply((&Entry{Type: RemoveMember, ID: id}).Encode()); err != nil {
+	if member || !st.Removed[id] {
+		resp, err := n.Write(&Entry{Type: RemoveMember, ID: id})
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -476,10 +742,43 @@ func (n *Node) Leave(id string) error {
 	return nil
 }
 
+// Removed reports whether an operator removed this node from the cluster.
+func (n *Node) Removed() bool { return n.removed.Load() }
+
+func (n *Node) setRemoved(removed bool) {
+	if n.removed.Swap(removed) != removed {
+		if removed {
+			n.log.Warn("this node was removed from the cluster; it does not rejoin on its own (an operator re-admits it with RL.CLUSTER JOIN)", "id", n.opts.ID)
+		} else {
+			n.log.Info("this node was re-admitted to the cluster", "id", n.opts.ID)
+		}
+		n.events.fire()
+	}
+}
+
+// configurationApplied follows the Raft configurations this node applies:
+// one that drops this node after it was a member means it was removed;
+// one that lists it again (an operator's join), that it is back.
+func (n *Node) configurationApplied(_ uint64, c raft.Configuration) {
+	in := false
+	for _, s := range c.Servers {
+		in = in || string(s.ID) == n.opts.ID
+	}
+	switch {
+	case in:
+		n.wasMember.Store(true)
+		if !n.fsm.State().Removed[n.opts.ID] {
+			n.setRemoved(false)
+		}
+	case n.wasMember.Load() && len(c.Servers) > 0:
+		n.setRemoved(true)
+	}
+}
+
 // register makes sure the replicated member map holds this node (and, on
 // the leader, every bootstrap peer) with its current addresses: a new node
 // joins through Join or the leader; a restarted node with a new RESP
-// address refreshes its record.
+// address refreshes its record. A removed node does not rejoin.
 func (n *Node) register() {
 	defer n.wg.Done()
 	backoff := 50 * time.Millisecond
@@ -503,6 +802,13 @@ func (n *Node) register() {
 func (n *Node) registerOnce() bool {
 	me := Member{ID: n.opts.ID, RespAddr: n.opts.RespAddr, RaftAddr: n.opts.RaftAddr}
 	st := n.fsm.State()
+	if st.Removed[me.ID] {
+		n.setRemoved(true)
+		return true
+	}
+	if n.removed.Load() {
+		return true
+	}
 	if n.IsLeader() {
 		voters := map[string]bool{}
 		if servers, err := n.Servers(); err == nil {
@@ -511,13 +817,13 @@ func (n *Node) registerOnce() bool {
 			}
 		}
 		for i, p := range append([]Member{me}, n.opts.Peers...) {
-			if i > 0 && (p.ID == me.ID || st.Members[p.ID] != (Member{}) || !voters[p.ID]) {
+			if i > 0 && (p.ID == me.ID || st.Members[p.ID] != (Member{}) || !voters[p.ID] || st.Removed[p.ID]) {
 				// A peer's own record wins over the bootstrap list, and
 				// a peer that left stays gone.
 				continue
 			}
 			if st.Members[p.ID] != p {
-				if _, err := n.Apply((&Entry{Type: AddMember, Member: &p}).Encode()); err != nil {
+				if _, err := n.Write(&Entry{Type: AddMember, Member: &p, Auto: true}); err != nil {
 					n.log.Debug("registering member", "id", p.ID, "err", err)
 				}
 			}
@@ -530,18 +836,76 @@ func (n *Node) registerOnce() bool {
 			target = n.opts.Join
 		}
 		if target != "" {
-			raw, err := n.client.Do(target, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
-				[]byte(me.ID), []byte(me.RaftAddr), []byte(me.RespAddr)})
-			if err == nil && len(raw) > 0 && raw[0] == '-' {
-				err = errors.New(strings.TrimSpace(string(raw[1:])))
-			}
-			if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+			err := n.remote.Join(ctx, target, me)
+			cancel()
+			switch {
+			case err != nil && strings.Contains(err.Error(), RemovedText):
+				n.setRemoved(true)
+				return true
+			case err != nil:
 				n.log.Info("joining", "via", target, "err", err)
 			}
 		}
 	}
 	st = n.fsm.State()
 	return st.Members[me.ID] == me && (!n.IsLeader() || n.peersRegistered(st))
+}
+
+// RemovedText is in the refusal a removed node meets when it asks to join.
+const RemovedText = "was removed from the cluster"
+
+// watch turns Raft's leader and role observations into events, and on
+// becoming leader applies a barrier: once it returns, the new leader has
+// applied everything earlier leaders committed, and may serve reads.
+func (n *Node) watch(obs chan raft.Observation) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case o := <-obs:
+			n.events.fire()
+			if st, ok := o.Data.(raft.RaftState); ok && st == raft.Leader {
+				n.wg.Add(1)
+				go n.catchUp(n.raft.CurrentTerm())
+			}
+		}
+	}
+}
+
+func (n *Node) catchUp(term uint64) {
+	defer n.wg.Done()
+	for n.raft.State() == raft.Leader && n.raft.CurrentTerm() == term {
+		if err := n.raft.Barrier(n.opts.ApplyTimeout).Error(); err == nil {
+			if n.raft.CurrentTerm() == term {
+				n.readTerm.Store(term)
+				n.events.fire()
+			}
+			return
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// electAloneAtOnce makes a node that is the only voter of its cluster
+// elect itself now rather than after a heartbeat timeout (one to two
+// seconds): Raft re-checks its timer when the heartbeat timeout shrinks,
+// and a node that has never heard from a leader then campaigns at once.
+func (n *Node) electAloneAtOnce() {
+	servers, err := n.Servers()
+	if err != nil || len(servers) != 1 || string(servers[0].ID) != n.opts.ID {
+		return
+	}
+	rc := n.raft.ReloadableConfig()
+	rc.HeartbeatTimeout -= time.Millisecond
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Debug("fast self-election", "err", err)
+	}
 }
 
 func (n *Node) viewPath() string { return filepath.Join(n.opts.DataDir, "view.json") }
@@ -612,24 +976,51 @@ func (n *Node) peersRegistered(st *State) bool {
 	return true
 }
 
-// Ready reports whether the node has a leader and has applied everything
-// it knows to be committed.
+// Ready reports whether the node serves a current view: it has not been
+// removed, knows a leader, has applied everything it knows committed, and,
+// as leader, has applied an entry of its own term.
 //
-// Raft's own applied index counts its no-op and configuration entries,
-// which the state machine never sees, so it is the one compared with the
-// commit index. A commit index of 0 means the node has not heard one from
-// a leader yet (a restarted node whose log is not replayed): not ready.
+// A commit index of 0 means the node has not heard one from a leader yet
+// (a restarted node whose log is not replayed): not ready.
 func (n *Node) Ready() bool {
+	if n.removed.Load() {
+		return false
+	}
 	if addr, _ := n.raft.LeaderWithID(); addr == "" {
 		return false
 	}
-	commit, _ := strconv.ParseUint(n.raft.Stats()["commit_index"], 10, 64)
-	return commit > 0 && n.raft.AppliedIndex() >= commit
+	if n.raft.State() == raft.Leader && n.readTerm.Load() != n.raft.CurrentTerm() {
+		return false
+	}
+	commit := n.raft.CommitIndex()
+	return commit > 0 && n.AppliedIndex() >= commit
 }
 
-// AppliedIndex returns the index of the last log entry Raft has applied
-// (configuration and no-op entries included).
-func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+// AppliedIndex returns the index up to which the state machine has applied
+// the log. Raft's own applied index moves when an entry is handed to the
+// state machine, not when it is applied; the state machine's counts only
+// the entries it sees (commands and configurations). This is Raft's when
+// every command or configuration entry up to it has been applied (what
+// lies between is no-ops and barriers), else the state machine's.
+func (n *Node) AppliedIndex() uint64 {
+	fa, ra := n.fsm.Applied(), n.raft.AppliedIndex()
+	if fa >= ra {
+		return fa
+	}
+	if ra-fa > 64 {
+		return fa
+	}
+	var l raft.Log
+	for i := ra; i > fa; i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			return ra // compacted into a snapshot that is restored
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return fa
+		}
+	}
+	return ra
+}
 
 // Stats returns hashicorp/raft's figures.
 func (n *Node) Stats() map[string]string { return n.raft.Stats() }
@@ -667,8 +1058,7 @@ func (n *Node) Shutdown() error {
 		}
 	}
 	err := n.raft.Shutdown().Error()
-	n.client.Close()
-	n.fwd.Close()
+	n.remote.Close()
 	n.trans.Close()
 	if cerr := n.bolt.Close(); err == nil {
 		err = cerr

@@ -22,11 +22,18 @@ func setEntry(t testing.TB, path, js string) []byte {
 
 func open(t *testing.T, o Options) *Node {
 	t.Helper()
+	if o.Remote == nil {
+		o.Remote = memRemote{}
+	}
 	n, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Shutdown() })
+	memNodes.Store(o.RespAddr, n)
+	t.Cleanup(func() {
+		memNodes.CompareAndDelete(o.RespAddr, n)
+		n.Shutdown()
+	})
 	return n
 }
 
@@ -37,6 +44,7 @@ func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) 
 	var opts []Options
 	for i := 0; i < size; i++ {
 		o := TestOptions(t, i)
+		o.Remote = memRemote{}
 		if i > 0 {
 			o.Join = "127.0.0.1:1" // unreachable: the test joins them directly
 		}
@@ -48,7 +56,7 @@ func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) 
 		nodes, opts = append(nodes, n), append(opts, o)
 		if i == 0 {
 			WaitForLeader(t, n)
-		} else if err := nodes[0].Join(o.ID, o.RaftAddr, o.RespAddr); err != nil {
+		} else if err := nodes[0].Join(o.ID, o.RaftAddr, o.RespAddr, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -189,9 +197,10 @@ func TestSnapshotsAndJoinAfterThem(t *testing.T) {
 	versions := leader.State().Tree.Versioned()
 	// A node joining now gets the tree by snapshot, the early log is gone.
 	o := TestOptions(t, 1)
+	o.Remote = memRemote{}
 	o.Join = "127.0.0.1:1"
 	joiner := open(t, o)
-	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr); err != nil {
+	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr, false); err != nil {
 		t.Fatal(err)
 	}
 	WaitForApplied(t, leader.FSM().Applied(), joiner)
@@ -210,7 +219,7 @@ func TestJoinReplacesStaleMember(t *testing.T) {
 	nodes, opts := cluster(t, 3, nil)
 	leader := WaitForLeader(t, nodes...)
 	// The same id at a new address replaces the old record.
-	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9"); err != nil {
+	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9", false); err != nil {
 		t.Fatal(err)
 	}
 	servers, _ := leader.Servers()
@@ -235,6 +244,7 @@ func TestJoinReplacesStaleMember(t *testing.T) {
 
 func TestRestartWithChangedAddressIsRefused(t *testing.T) {
 	o := TestOptions(t, 0)
+	o.Remote = memRemote{}
 	n, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
@@ -256,6 +266,7 @@ func TestRestartWithAHostName(t *testing.T) {
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	l.Close()
 	o := TestOptions(t, 0)
+	o.Remote = memRemote{}
 	o.RaftAddr = "localhost:" + port
 	for i := 0; i < 2; i++ { // the second start must find its own record
 		n, err := Open(o)
@@ -279,6 +290,7 @@ func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := TestOptions(t, i)
+		o.Remote = memRemote{}
 		o.RaftAddr = l.Addr().String()
 		l.Close()
 		opts = append(opts, o)

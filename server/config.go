@@ -42,6 +42,7 @@ type Config struct {
 	MaxArgs         int
 	Shards          int
 	SyncInterval    time.Duration
+	ApplyTimeout    time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
@@ -107,6 +108,7 @@ var settings = []setting{
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
 	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
+	{name: "apply-timeout", def: "5s", usage: "how long a configuration write may wait for a leader and its commit", bind: dur(func(c *Config) *time.Duration { return &c.ApplyTimeout })},
 	{name: "sync-interval", def: "100ms", usage: "how often nodes exchange consumption", bind: dur(func(c *Config) *time.Duration { return &c.SyncInterval })},
 	{name: "shutdown-timeout", def: "10s", usage: "how long SIGTERM waits for in-flight replies", bind: dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{name: "log-level", def: "info", usage: "debug, info, warn or error", bind: str(func(c *Config) *string { return &c.LogLevel })},
@@ -321,6 +323,9 @@ func (c *Config) Validate() error {
 	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
 	intRange("max-args", c.MaxArgs, 16, 1<<20)
 	intRange("shards", c.Shards, 0, 4096)
+	if c.ApplyTimeout < 100*time.Millisecond || c.ApplyTimeout > 10*time.Minute {
+		bad("apply-timeout", "must be between 100ms and 10m, got %v", c.ApplyTimeout)
+	}
 	if c.SyncInterval < 10*time.Millisecond || c.SyncInterval > time.Minute {
 		bad("sync-interval", "must be between 10ms and 1m, got %v", c.SyncInterval)
 	}

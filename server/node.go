@@ -59,11 +59,12 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	}
 	o := raftfsm.Options{
 		ID: cfg.NodeID, RaftAddr: cfg.RaftAddr, RespAddr: advertise, DataDir: filepath.Join(cfg.DataDir, "raft"),
-		Join: cfg.Join, Password: cfg.RequirePass, Logger: log.With("component", "raft"),
-		LogLevel: cfg.LogLevel,
+		Join: cfg.Join, Logger: log.With("component", "raft"),
+		LogLevel: cfg.LogLevel, ApplyTimeout: cfg.ApplyTimeout,
 	}
+	peerUser, peerPass := "", cfg.RequirePass
 	if cfg.PeerPassword != "" {
-		o.User, o.Password = PeerUser, cfg.PeerPassword
+		peerUser, peerPass = PeerUser, cfg.PeerPassword
 	}
 	if cfg.BootstrapPeers != "" {
 		peers, _ := ParsePeers(cfg.BootstrapPeers)
@@ -91,6 +92,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	if hooks.Raft != nil {
 		hooks.Raft(&o)
 	}
+	o.Remote = newRemote(cfg.NodeID, o.ClientTLS, peerUser, peerPass)
 	rn, err := raftfsm.Open(o)
 	if err != nil {
 		s.closeListeners()
@@ -105,7 +107,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
 	n := &Node{Server: s, Raft: rn, log: log, failed: make(chan error, 1), stop: make(chan struct{})}
 	s.env.Metrics.Registry.MustRegister(syncLagCollector{n})
-	peerClient := &respclient.Client{TLS: o.ClientTLS, User: o.User, Password: o.Password, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
+	peerClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
 	y := newSyncer(n, peerClient)
 	go y.run(cfg.SyncInterval)
 	go newQuotaSyncer(n, cfg.MaxBulkLen).run(cfg.SyncInterval)
@@ -212,7 +214,7 @@ func raftInfo(n *raftfsm.Node, sec string) []commands.InfoField {
 	f := func(k, v string) commands.InfoField { return commands.InfoField{Name: k, Value: v} }
 	return []commands.InfoField{
 		f("node_id", n.ID()), f("role", n.Role()), f("leader_id", id), f("leader_addr", addr),
-		f("term", st["term"]), f("commit_index", st["commit_index"]), f("applied_index", st["applied_index"]),
+		f("term", st["term"]), f("commit_index", st["commit_index"]), f("applied_index", strconv.FormatUint(n.AppliedIndex(), 10)),
 		f("last_log_index", st["last_log_index"]), f("last_snapshot_index", st["last_snapshot_index"]),
 		f("num_peers", st["num_peers"]), f("last_contact", st["last_contact"]),
 		f("members", strconv.Itoa(len(n.State().Members))), f("budgets", strconv.Itoa(n.State().Tree.Len())),

@@ -5,6 +5,7 @@ package respclient
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -23,6 +24,8 @@ type Client struct {
 	// Name is sent with CLIENT SETNAME on every new connection.
 	Name    string
 	Timeout time.Duration
+	// DialTimeout bounds dialling in DoContext.
+	DialTimeout time.Duration
 
 	mu   sync.Mutex
 	idle map[string]*conn
@@ -49,6 +52,41 @@ func (cl *Client) Do(addr string, args [][]byte) ([]byte, error) {
 	return raw, nil
 }
 
+// DoContext is Do bounded by ctx: the call ends when ctx does, and a new
+// connection is dialled with at most DialTimeout (default 1s), so that a
+// dead peer is noticed quickly.
+func (cl *Client) DoContext(ctx context.Context, addr string, args [][]byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c, err := cl.getDial(addr, cl.dialTimeout())
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
+	timeout := cl.timeout()
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	raw, err := c.do(args, timeout)
+	if !stop() || err != nil {
+		c.c.Close()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, err
+	}
+	cl.put(addr, c)
+	return raw, nil
+}
+
+func (cl *Client) dialTimeout() time.Duration {
+	if cl.DialTimeout > 0 {
+		return cl.DialTimeout
+	}
+	return time.Second
+}
+
 func (cl *Client) timeout() time.Duration {
 	if cl.Timeout > 0 {
 		return cl.Timeout
@@ -56,7 +94,9 @@ func (cl *Client) timeout() time.Duration {
 	return 10 * time.Second
 }
 
-func (cl *Client) get(addr string) (*conn, error) {
+func (cl *Client) get(addr string) (*conn, error) { return cl.getDial(addr, 5*time.Second) }
+
+func (cl *Client) getDial(addr string, dial time.Duration) (*conn, error) {
 	cl.mu.Lock()
 	if c := cl.idle[addr]; c != nil {
 		delete(cl.idle, addr)
@@ -64,7 +104,7 @@ func (cl *Client) get(addr string) (*conn, error) {
 		return c, nil
 	}
 	cl.mu.Unlock()
-	d := net.Dialer{Timeout: 5 * time.Second}
+	d := net.Dialer{Timeout: dial}
 	var nc net.Conn
 	var err error
 	if cl.TLS != nil {

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/respclient"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// remote is raftfsm.Remote over RESP: what a node asks of other nodes
+// outside Raft, sent as the commands an operator would send, with the
+// peer credentials.
+type remote struct {
+	join, fwd *respclient.Client
+}
+
+func newRemote(id string, clientTLS *tls.Config, user, password string) *remote {
+	c := func(name string) *respclient.Client {
+		return &respclient.Client{TLS: clientTLS, User: user, Password: password, Name: name,
+			Timeout: 10 * time.Second, DialTimeout: 500 * time.Millisecond}
+	}
+	return &remote{join: c("sluice-peer:" + id), fwd: c(raftfsm.ForwardPrefix + id)}
+}
+
+// Forward sends RL.CLUSTER APPLY with the encoded entry to the leader.
+func (r *remote) Forward(ctx context.Context, addr string, entry []byte) (raftfsm.Response, error) {
+	raw, err := r.fwd.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("APPLY"), entry})
+	if err != nil {
+		return raftfsm.Response{}, &raftfsm.Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error(), Retry: true}
+	}
+	if err := replyError(raw); err != nil {
+		return raftfsm.Response{}, err
+	}
+	body, ok := bulkBody(raw)
+	if !ok {
+		return raftfsm.Response{}, &raftfsm.Error{Code: "ERR", Msg: "unexpected reply to a forwarded write: " + strings.TrimSpace(string(raw))}
+	}
+	return raftfsm.DecodeResponse(body)
+}
+
+// Relay sends a client command to addr and returns its raw reply.
+func (r *remote) Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error) {
+	return r.fwd.DoContext(ctx, addr, args)
+}
+
+// Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join.
+func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error {
+	raw, err := r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
+		[]byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")})
+	if err != nil {
+		return err
+	}
+	if err := replyError(raw); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (r *remote) Close() {
+	r.join.Close()
+	r.fwd.Close()
+}
+
+// replyError turns an error reply into a *raftfsm.Error; TRYAGAIN and
+// CLUSTERDOWN (the node is no longer the leader, or is stopping) may
+// succeed at the next leader.
+func replyError(raw []byte) error {
+	if len(raw) == 0 || raw[0] != '-' {
+		return nil
+	}
+	code, msg, _ := strings.Cut(strings.TrimSpace(string(raw[1:])), " ")
+	return &raftfsm.Error{Code: code, Msg: msg, Retry: code == "TRYAGAIN" || code == "CLUSTERDOWN"}
+}
+
+// bulkBody returns the payload of a RESP bulk string reply.
+func bulkBody(raw []byte) ([]byte, bool) {
+	if len(raw) < 4 || raw[0] != '$' {
+		return nil, false
+	}
+	i := strings.IndexByte(string(raw), '\n')
+	if i < 0 || len(raw) < i+3 {
+		return nil, false
+	}
+	return raw[i+1 : len(raw)-2], true
+}
+
+var _ raftfsm.Remote = (*remote)(nil)
+var _ = errors.New
