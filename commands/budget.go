@@ -88,6 +88,11 @@ func budgetCmd(ctx *Ctx) {
 		if !adminRole(ctx) {
 			return
 		}
+		if len(a[2]) > MaxImportBytes {
+			ctx.Conn.WriteError("ERR IMPORT json is " + strconv.Itoa(len(a[2])) + " bytes; at most " + strconv.Itoa(MaxImportBytes) +
+				" (8 MiB, about 100,000 nodes) go in one Raft entry: split the tree into several IMPORTs without REPLACE")
+			return
+		}
 		e := raftfsm.Entry{Type: raftfsm.ImportBudgets}
 		for _, opt := range a[3:] {
 			switch {
@@ -112,6 +117,11 @@ func budgetCmd(ctx *Ctx) {
 			"'. Try RL.BUDGET SET, GET, DEL, LIST, EXPORT or IMPORT.")
 	}
 }
+
+// MaxImportBytes bounds one RL.BUDGET IMPORT: the whole tree travels as
+// one Raft entry, held by every node's log cache and forwarded between
+// nodes, so its size bounds the memory a write can cost.
+const MaxImportBytes = 8 << 20
 
 // readState returns the replicated state for a read: on a new leader once
 // it has caught up; with consistent, a linearizable read at the leader,
