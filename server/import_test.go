@@ -30,4 +30,3 @@ func TestOversizedImportIsRefused(t *testing.T) {
 		t.Fatalf("after a refused IMPORT: %.200s", got)
 	}
 }
-
