@@ -64,8 +64,10 @@ type FSM struct {
 	// quotaObs, if set, learns of applied quota changes (SetQuotaObserver).
 	quotaObs  atomic.Pointer[QuotaObserver]
 	maxQuotas atomic.Int64
-	// OnConfiguration, if set, learns of each applied Raft configuration.
+	// OnConfiguration, if set, learns of each applied Raft configuration;
+	// OnMembers, of each applied change of the member list.
 	OnConfiguration func(index uint64, c raft.Configuration)
+	OnMembers       func(st *State)
 
 	writes writeTable
 	waitMu sync.Mutex
@@ -328,6 +330,11 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 			delete(m, e.ID)
 		}
 		next.Members = m
+		f.state.Store(next)
+		if f.OnMembers != nil {
+			f.OnMembers(next)
+		}
+		return resp
 	}
 	f.state.Store(next)
 	return resp

@@ -210,6 +210,11 @@ func Open(o Options) (*Node, error) {
 	}
 	n.opts.RaftAddr, n.opts.ID = o.RaftAddr, o.ID
 	n.fsm.OnConfiguration = n.configurationApplied
+	n.fsm.OnMembers = func(st *State) {
+		if st.Removed[n.opts.ID] {
+			n.setRemoved(true)
+		}
+	}
 	// hashicorp/raft's timing (1 s heartbeat and election timeouts, 500 ms
 	// lease): a loaded machine's pauses do not start needless elections,
 	// and failover takes one to two seconds.
@@ -485,7 +490,13 @@ func (n *Node) propose(ctx context.Context, b []byte) (Response, error) {
 		}
 		select {
 		case <-ctx.Done():
-			if _, _, ok := n.Leader(); !ok || errors.Is(last, ErrNoLeader) {
+			var e *Error
+			switch {
+			case errors.Is(last, ErrNoLeader):
+				return Response{}, ErrNoLeader
+			case errors.As(last, &e) && strings.HasPrefix(e.Msg, "leader "):
+				return Response{}, &Error{Code: e.Code, Msg: e.Msg} // the leader stayed unreachable
+			case errors.Is(last, ErrLost), errors.Is(last, ErrNotLeader):
 				return Response{}, ErrNoLeader
 			}
 			return Response{}, ErrTimeout

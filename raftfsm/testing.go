@@ -12,7 +12,9 @@ func FastTiming(o *Options) {
 	o.HeartbeatTimeout = 150 * time.Millisecond
 	o.ElectionTimeout = 150 * time.Millisecond
 	o.LeaderLeaseTimeout = 100 * time.Millisecond
-	o.ApplyTimeout = 2 * time.Second
+	// Generous: a busy machine under the race detector applies a large
+	// IMPORT slowly, and a write must not fail for that.
+	o.ApplyTimeout = 10 * time.Second
 }
 
 // TestOptions returns options for node i of an in-process test cluster:

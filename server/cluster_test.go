@@ -158,6 +158,9 @@ func TestImportTenThousandNodesIsOneEntry(t *testing.T) {
 	b.WriteString("}}")
 	c := resptest.Dial(t, n.Server.RespAddr())
 	raftfsm.WaitFor(t, 5*time.Second, "self registration", func() bool { return len(n.Raft.State().Members) == 1 })
+	// The member record is visible a moment before its index counts as
+	// applied: wait until everything committed is applied.
+	raftfsm.WaitFor(t, 5*time.Second, "the registration applied", n.Raft.Ready)
 	before := n.Raft.FSM().Applied()
 	start := time.Now()
 	if got := c.Do("RL.BUDGET", "IMPORT", b.String(), "REPLACE"); got != "+OK" {

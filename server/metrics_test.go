@@ -6,8 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
 )
 
 // scrape returns the sample values of /metrics keyed by "name{labels}".
@@ -95,7 +97,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 
 func TestReadyzWaitsForALeader(t *testing.T) {
 	// Joining nobody: this node never learns a leader.
-	n := StartTestNode(t, TestNode{Config: func(c *Config) { c.Join = "127.0.0.1:1" }})
+	n := StartTestNode(t, TestNode{Config: func(c *Config) { c.Join = "127.0.0.1:1" },
+		Raft: func(o *raftfsm.Options) { o.ApplyTimeout = time.Second }})
 	status := func(n *Node, path string) int {
 		resp, err := http.Get("http://" + n.Server.HTTPAddr() + path)
 		if err != nil {
@@ -112,7 +115,8 @@ func TestReadyzWaitsForALeader(t *testing.T) {
 	if got := status(n, "/healthz"); got != 200 {
 		t.Fatalf("/healthz: %d", got)
 	}
-	// Without a leader, RL.ACQUIRE still answers; writes say TRYAGAIN.
+	// Without a leader, RL.ACQUIRE still answers; writes wait for one up to
+	// the apply timeout, then say TRYAGAIN.
 	c := resptest.Dial(t, n.Server.RespAddr())
 	if got := c.Do("RL.ACQUIRE", "k", "RATE", "5"); !strings.HasPrefix(got, "[1 4 5 0") {
 		t.Fatalf("acquire without a leader: %s", got)

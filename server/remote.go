@@ -30,7 +30,8 @@ func newRemote(id string, clientTLS *tls.Config, user, password string) *remote 
 func (r *remote) Forward(ctx context.Context, addr string, entry []byte) (raftfsm.Response, error) {
 	raw, err := r.fwd.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("APPLY"), entry})
 	if err != nil {
-		return raftfsm.Response{}, &raftfsm.Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error(), Retry: true}
+		var he *respclient.HandshakeError
+		return raftfsm.Response{}, &raftfsm.Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error(), Retry: !errors.As(err, &he)}
 	}
 	if err := replyError(raw); err != nil {
 		return raftfsm.Response{}, err
@@ -89,4 +90,3 @@ func bulkBody(raw []byte) ([]byte, bool) {
 }
 
 var _ raftfsm.Remote = (*remote)(nil)
-var _ = errors.New

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -35,6 +34,12 @@ type conn struct {
 	c net.Conn
 	r *bufio.Reader
 }
+
+// HandshakeError is a peer's refusal of the connection's AUTH or CLIENT
+// SETNAME (a wrong password, protected mode): trying again will not help.
+type HandshakeError struct{ Msg string }
+
+func (e *HandshakeError) Error() string { return e.Msg }
 
 // Do sends args to addr and returns the raw reply (one complete RESP value).
 // A connection that fails is dropped, never reused.
@@ -129,7 +134,7 @@ func (cl *Client) getDial(addr string, dial time.Duration) (*conn, error) {
 	for _, h := range hello {
 		raw, err := c.do(h, cl.timeout())
 		if err == nil && len(raw) > 0 && raw[0] == '-' {
-			err = errors.New(string(raw[1 : len(raw)-2]))
+			err = &HandshakeError{Msg: string(raw[1 : len(raw)-2])}
 		}
 		if err != nil {
 			nc.Close()
