@@ -25,12 +25,18 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the nemesis makes many on purpose.
+	redis.SetLogger(quiet{})
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
 }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // sluiceBinary returns $SLUICE_CHAOS_BINARY, or builds ./cmd/sluice once for
 // the whole test binary (tests under -short never get here, so they do not
@@ -143,6 +149,7 @@ func newCluster(t *testing.T, lab *netLab) *cluster {
 			Addr:                  n.resp,
 			MaxRetries:            -1,
 			DialTimeout:           3 * time.Second,
+			DialerRetries:         1,
 			ReadTimeout:           opTimeout + 2*time.Second,
 			WriteTimeout:          opTimeout + 2*time.Second,
 			ContextTimeoutEnabled: true,

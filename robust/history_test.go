@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,6 +45,7 @@ const (
 	stOK      opStatus = iota
 	stFailed           // the server answered an error
 	stUnknown          // no answer: timeout or connection error
+	stNotSent          // no connection: the dial failed, nothing was sent
 )
 
 // op is one client call. Times are nanoseconds on the monotonic clock since
@@ -101,11 +103,14 @@ func (h *history) all() []op {
 // classify maps a client error to an op status.
 func classify(err error) opStatus {
 	var rerr redis.Error
+	var nerr *net.OpError
 	switch {
 	case err == nil:
 		return stOK
 	case errors.As(err, &rerr):
 		return stFailed
+	case errors.As(err, &nerr) && nerr.Op == "dial":
+		return stNotSent
 	default:
 		return stUnknown
 	}
@@ -184,15 +189,15 @@ var registerModel = porcupine.Model{
 	DescribeState: func(state any) string { return fmt.Sprint(state.(int64)) },
 }
 
-// porcupineHistory keeps every write (those without an OK as possibly
-// applied at any time after their call) and the successful linearizable
+// porcupineHistory keeps every write that reached a node (those without an
+// OK as possibly applied at any time after their call) and the successful linearizable
 // and final reads. Plain reads are not linearizable on followers and are
 // left out; failed reads say nothing.
 func porcupineHistory(ops []op) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, o := range ops {
 		switch {
-		case o.Kind == opWrite:
+		case o.Kind == opWrite && o.Status != stNotSent:
 			ret := o.Return
 			if o.Status != stOK {
 				ret = never
@@ -227,7 +232,7 @@ func checkLinearizable(ops []op, timeout time.Duration) (porcupine.CheckResult, 
 func writers(ops []op) map[string]map[int64]op {
 	w := map[string]map[int64]op{}
 	for _, o := range ops {
-		if o.Kind != opWrite {
+		if o.Kind != opWrite || o.Status == stNotSent {
 			continue
 		}
 		if w[o.Path] == nil {

@@ -198,9 +198,10 @@ func TestRobustness(t *testing.T) {
 	line := func(k, f string, a ...any) { fmt.Fprintf(&b, "%-24s %s\n", k+":", fmt.Sprintf(f, a...)) }
 	b.WriteString("---- sluice robustness summary ----\n")
 	line("binary", "%s (--apply-timeout 5s: %s)", c.bin, yesNo(c.applyTimeout))
-	line("duration", "%v of traffic (%.1fs measured), seed %d", cfg.duration, float64(trafficEnd)/1e9, cfg.seed)
+	line("duration", "%v of traffic (history %.1fs, to the last repair), seed %d", cfg.duration, float64(trafficEnd)/1e9, cfg.seed)
 	line("cluster", "3 processes, --bootstrap-peers; partitions %s", partNote)
-	line("writes", "%d: %d acked, %d failed (error reply), %d unknown (no reply)", sum.writes, sum.acked, sum.failed, sum.unknown)
+	line("writes", "%d: %d acked, %d failed (error reply), %d unknown (no reply), %d not sent (dial failed)",
+		sum.writes, sum.acked, sum.failed, sum.unknown, sum.notSent)
 	line("consistent reads", "%d ok, %d failed%s", sum.reads[opReadLin], linErrs.total(), linErrs.top())
 	line("plain reads", "%d ok, %d failed%s", plainOK, plainErrs.total(), plainErrs.top())
 	line("faults", "%s; Raft term %d -> %d", nem.counts(), termBefore, termAfter)
@@ -208,7 +209,7 @@ func TestRobustness(t *testing.T) {
 	line("acknowledged writes", "%d", sum.acked)
 	line("lost writes", "%d%s", len(lost), listNote(len(corrupt), "final values never written"))
 	line("linearizability", "%s (porcupine, %d registers; %d writes, %d consistent + %d final reads)%s",
-		res, len(chaosPaths), sum.writes, sum.reads[opReadLin], len(final), vizNote(viz, vizErr))
+		res, len(chaosPaths), sum.writes-sum.notSent, sum.reads[opReadLin], len(final), vizNote(viz, vizErr))
 	line("stale follower reads", "%d of %d plain reads (not a violation)%s", stale, plainOK, listNote(plainUnknown, "of values never written"))
 	line("TRYAGAIN during quorum", "%d of %d writes answered TRYAGAIN/CLUSTERDOWN", len(bounced), sum.bounced)
 	line("write latency (acked)", "p99 %v, max %v; max overlapping a fault %v", sum.p99, sum.max, sum.maxFault)
@@ -302,6 +303,9 @@ func writer(ctx context.Context, c *cluster, h *history, r *rand.Rand, ids, valu
 			client = int(ids.Add(1))
 		}
 		h.add(o)
+		if err != nil {
+			pause(ctx, 20*time.Millisecond)
+		}
 	}
 }
 
@@ -321,11 +325,29 @@ func reader(ctx context.Context, c *cluster, h *history, r *rand.Rand, ids *atom
 		ret := h.now()
 		cancel()
 		if err != nil {
-			// A read that failed says nothing: dropped, only counted.
+			// A read that failed says nothing: dropped, only counted. The
+			// pause keeps a reader that is refused at once (a binary
+			// without CONSISTENT) from spinning on a 2-core machine.
 			errs.add(err)
+			pause(ctx, 20*time.Millisecond)
 			continue
 		}
 		h.add(op{Kind: kind, Client: client, Node: n.idx, Path: path, Value: v, Version: ver, Call: call, Return: ret})
+		// Reads are cheap; a short pause leaves CPU to the nodes.
+		pause(ctx, time.Duration(r.IntN(4))*time.Millisecond)
+	}
+}
+
+// pause waits for d or until ctx ends: pacing, not a wait for a condition.
+func pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -375,9 +397,9 @@ func (e *errCount) top() string {
 
 // summary holds the op counts and latencies for the report.
 type summary struct {
-	writes, acked, failed, unknown, bounced int
-	reads                                   [numOpKinds]int
-	p99, max, maxFault                      time.Duration
+	writes, acked, failed, notSent, unknown, bounced int
+	reads                                            [numOpKinds]int
+	p99, max, maxFault                               time.Duration
 }
 
 func summarize(ops []op, faults []fault) summary {
@@ -404,6 +426,8 @@ func summarize(ops []op, faults []fault) summary {
 			if strings.HasPrefix(o.Err, "TRYAGAIN") || strings.HasPrefix(o.Err, "CLUSTERDOWN") {
 				s.bounced++
 			}
+		case stNotSent:
+			s.notSent++
 		default:
 			s.unknown++
 		}
@@ -437,10 +461,12 @@ func (nm *nemesis) begin(kind string, n *node) int {
 	return len(nm.faults) - 1
 }
 
-func (nm *nemesis) end(i int) {
+func (nm *nemesis) end(t *testing.T, i int) {
 	nm.mu.Lock()
 	nm.faults[i].End = nm.h.now()
+	f := nm.faults[i]
 	nm.mu.Unlock()
+	t.Logf("fault %-9s n%d [%.3fs, %.3fs]", f.Kind, f.Node+1, float64(f.Start)/1e9, float64(f.End)/1e9)
 }
 
 func (nm *nemesis) windows() []fault {
@@ -496,7 +522,7 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 			if err := n.start(t, nm.c.bin); err != nil {
 				t.Errorf("restarting %s after kill -9: %v", n.id, err)
 			}
-			nm.end(w)
+			nm.end(t, w)
 		case "stop":
 			d := nm.between(time.Second, 4*time.Second)
 			w := nm.begin(kind, n)
@@ -507,7 +533,7 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 			if err := n.signal(syscall.SIGCONT); err != nil {
 				t.Errorf("SIGCONT %s: %v", n.id, err)
 			}
-			nm.end(w)
+			nm.end(t, w)
 		case "partition":
 			d := nm.between(2*time.Second, 6*time.Second)
 			w := nm.begin(kind, n)
@@ -518,7 +544,7 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 			if err := nm.lab.cut(n.idx+1, false); err != nil {
 				t.Errorf("reconnecting %s: %v", n.id, err)
 			}
-			nm.end(w)
+			nm.end(t, w)
 		}
 	}
 }
