@@ -2,9 +2,11 @@ package robust
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +151,12 @@ func TestRobustness(t *testing.T) {
 			nem.kinds = append(nem.kinds, k)
 		}
 	}
+	elections := &termWatch{c: c, h: h}
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		elections.run(ctx)
+	}()
 	nemDone := make(chan struct{})
 	go func() {
 		defer close(nemDone)
@@ -157,6 +165,7 @@ func TestRobustness(t *testing.T) {
 	<-ctx.Done()
 	<-nemDone
 	wg.Wait()
+	<-watchDone
 	trafficEnd := h.now()
 
 	// (1) Heal everything and wait for every node to agree.
@@ -184,6 +193,7 @@ func TestRobustness(t *testing.T) {
 
 	ops := h.all()
 	faults := nem.windows()
+	writeHistory(t, filepath.Join(c.dir, "history.jsonl"), ops, faults)
 
 	// (2) Linearizability of writes, CONSISTENT reads and final reads.
 	res, viz, vizErr := checkLinearizable(ops, 3*time.Minute)
@@ -193,7 +203,7 @@ func TestRobustness(t *testing.T) {
 	bounced := tryagainDuringQuorum(ops, faults)
 	stale, plainOK, plainUnknown := staleReads(ops)
 
-	sum := summarize(ops, faults)
+	sum := summarize(ops, append(faults, elections.windows()...))
 	var b strings.Builder
 	line := func(k, f string, a ...any) { fmt.Fprintf(&b, "%-24s %s\n", k+":", fmt.Sprintf(f, a...)) }
 	b.WriteString("---- sluice robustness summary ----\n")
@@ -204,7 +214,7 @@ func TestRobustness(t *testing.T) {
 		sum.writes, sum.acked, sum.failed, sum.unknown, sum.notSent)
 	line("consistent reads", "%d ok, %d failed%s", sum.reads[opReadLin], linErrs.total(), linErrs.top())
 	line("plain reads", "%d ok, %d failed%s", plainOK, plainErrs.total(), plainErrs.top())
-	line("faults", "%s; Raft term %d -> %d", nem.counts(), termBefore, termAfter)
+	line("faults", "%s; Raft term %d -> %d, %d elections seen during traffic", nem.counts(), termBefore, termAfter, len(elections.windows()))
 	line("converged", "%s", convergedNote(applied, convErr))
 	line("acknowledged writes", "%d", sum.acked)
 	line("lost writes", "%d%s", len(lost), listNote(len(corrupt), "final values never written"))
@@ -212,7 +222,7 @@ func TestRobustness(t *testing.T) {
 		res, len(chaosPaths), sum.writes-sum.notSent, sum.reads[opReadLin], len(final), vizNote(viz, vizErr))
 	line("stale follower reads", "%d of %d plain reads (not a violation)%s", stale, plainOK, listNote(plainUnknown, "of values never written"))
 	line("TRYAGAIN during quorum", "%d of %d writes answered TRYAGAIN/CLUSTERDOWN", len(bounced), sum.bounced)
-	line("write latency (acked)", "p99 %v, max %v; max overlapping a fault %v", sum.p99, sum.max, sum.maxFault)
+	line("write latency (acked)", "p99 %v, max %v; max overlapping a fault or election %v", sum.p99, sum.max, sum.maxFault)
 	b.WriteString("-----------------------------------\n")
 	fmt.Print(b.String())
 
@@ -269,6 +279,24 @@ func vizNote(path string, err error) string {
 		return "; visualization: " + path
 	}
 	return ""
+}
+
+// writeHistory saves the ops and fault windows, one JSON object a line,
+// beside the node logs (kept when the test fails).
+func writeHistory(t *testing.T, file string, ops []op, faults []fault) {
+	f, err := os.Create(file)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, x := range faults {
+		enc.Encode(x)
+	}
+	for _, o := range ops {
+		enc.Encode(o)
+	}
 }
 
 // maxTerm is the highest Raft term any node reports.
@@ -439,6 +467,49 @@ func summarize(ops []op, faults []fault) summary {
 		s.maxFault = s.maxFault.Round(time.Millisecond)
 	}
 	return s
+}
+
+// termWatch polls the nodes' Raft terms; a rise between two polls is an
+// election, and the span between them its window (for the latency of writes
+// that overlapped one, whether or not the nemesis caused it).
+type termWatch struct {
+	c  *cluster
+	h  *history
+	mu sync.Mutex
+	ws []fault
+}
+
+func (tw *termWatch) run(ctx context.Context) {
+	var term uint64
+	prev := tw.h.now()
+	for ctx.Err() == nil {
+		var m uint64
+		for _, n := range tw.c.nodes {
+			octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			pairs, err := n.client.Do(octx, "RL.CLUSTER", "INFO").StringSlice()
+			cancel()
+			for i := 0; err == nil && i+1 < len(pairs); i += 2 {
+				if pairs[i] == "term" {
+					v, _ := strconv.ParseUint(pairs[i+1], 10, 64)
+					m = max(m, v)
+				}
+			}
+		}
+		now := tw.h.now()
+		if term != 0 && m > term {
+			tw.mu.Lock()
+			tw.ws = append(tw.ws, fault{Kind: "election", Node: -1, Start: prev, End: now})
+			tw.mu.Unlock()
+		}
+		term, prev = max(term, m), now
+		pause(ctx, 200*time.Millisecond)
+	}
+}
+
+func (tw *termWatch) windows() []fault {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	return append([]fault(nil), tw.ws...)
 }
 
 // nemesis injects one fault at a time, every 3–8 s, and records each
