@@ -574,13 +574,20 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 	if len(nm.kinds) == 0 {
 		return
 	}
+	// Kinds are dealt from a shuffled deck, so a short run still sees each.
+	var deck []string
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(nm.between(3*time.Second, 8*time.Second)):
 		}
-		kind := nm.kinds[nm.rng.IntN(len(nm.kinds))]
+		if len(deck) == 0 {
+			deck = append(deck, nm.kinds...)
+			nm.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		}
+		kind := deck[0]
+		deck = deck[1:]
 		n := nm.c.nodes[nm.rng.IntN(len(nm.c.nodes))]
 		// The fault runs to its end even when the traffic has stopped, so
 		// that every window is closed by its own repair.
