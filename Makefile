@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt bench bench-compare bench-memory fuzz docker clean
+.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory fuzz docker clean
 
 all: build
 
@@ -27,6 +27,11 @@ vet:
 
 fmt:
 	gofmt -w .
+
+# The robustness suite at length: random writes and reads through every
+# node while nodes are killed, stopped and cut off; see robust/README.md.
+chaos:
+	SLUICE_CHAOS_DURATION=3m $(GO) test -race=false -count=1 -run TestRobustness -v -timeout 20m ./robust/
 
 # A short smoke benchmark: one sluice node on free loopback ports, 20000
 # inline RL.ACQUIREs from the bench tool (go run ./bench), its report.

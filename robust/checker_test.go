@@ -1,0 +1,150 @@
+package robust
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Hand-made histories: the checker must accept what is legal and catch a
+// stale read, a lost write and a bounced write.
+
+func w(path string, v, call, ret int64, st opStatus) op {
+	o := op{Kind: opWrite, Path: path, Value: v, Call: call, Return: ret, Status: st, Client: int(v)}
+	if st == stFailed {
+		o.Err = "TRYAGAIN no leader"
+	}
+	return o
+}
+
+func r(kind opKind, path string, v, call, ret int64) op {
+	return op{Kind: kind, Path: path, Value: v, Call: call, Return: ret, Client: 1000 + int(call)}
+}
+
+func TestCheckerLinearizable(t *testing.T) {
+	cases := []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"sequential", []op{
+			w("a", 1, 0, 10, stOK), r(opReadLin, "a", 1, 20, 30),
+			w("a", 2, 40, 50, stOK), r(opReadLin, "a", 2, 60, 70),
+		}, porcupine.Ok},
+		{"initial value before any write", []op{
+			r(opReadLin, "a", 0, 0, 5), w("a", 1, 10, 20, stOK), r(opReadFinal, "a", 1, 30, 40),
+		}, porcupine.Ok},
+		{"concurrent read may see either", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 50, stOK), r(opReadLin, "a", 1, 25, 30), r(opReadLin, "a", 2, 31, 35),
+		}, porcupine.Ok},
+		{"stale read after an acknowledged write", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 30, stOK), r(opReadLin, "a", 1, 40, 50),
+		}, porcupine.Illegal},
+		{"read goes back in time", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 100, stOK), r(opReadLin, "a", 2, 30, 40), r(opReadLin, "a", 1, 50, 60),
+		}, porcupine.Illegal},
+		{"unknown write may apply late", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 30, stUnknown), r(opReadLin, "a", 1, 40, 50), r(opReadFinal, "a", 2, 60, 70),
+		}, porcupine.Ok},
+		{"failed write may have applied", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 30, stFailed), r(opReadFinal, "a", 2, 60, 70),
+		}, porcupine.Ok},
+		{"lost write seen by the final read", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 30, stOK), r(opReadFinal, "a", 1, 40, 50),
+		}, porcupine.Illegal},
+		{"plain reads are not checked", []op{
+			w("a", 1, 0, 10, stOK), w("a", 2, 20, 30, stOK), r(opReadPlain, "a", 1, 40, 50),
+		}, porcupine.Ok},
+		{"registers are independent", []op{
+			w("a", 1, 0, 10, stOK), w("b", 2, 20, 30, stOK), r(opReadLin, "a", 1, 40, 50), r(opReadLin, "b", 2, 40, 50),
+		}, porcupine.Ok},
+		{"a value from another register", []op{
+			w("a", 1, 0, 10, stOK), w("b", 2, 20, 30, stOK), r(opReadLin, "a", 2, 40, 50),
+		}, porcupine.Illegal},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res, viz, err := checkLinearizable(tc.ops, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if viz != "" {
+				if _, err := os.Stat(viz); err != nil {
+					t.Errorf("visualization %s: %v", viz, err)
+				}
+				os.RemoveAll(viz[:len(viz)-len("/linearizability.html")])
+			}
+			if res != tc.want {
+				t.Fatalf("porcupine says %s, want %s", res, tc.want)
+			}
+			if res == porcupine.Illegal && viz == "" {
+				t.Fatal("no visualization written for an illegal history")
+			}
+		})
+	}
+}
+
+func TestCheckerDurability(t *testing.T) {
+	ops := []op{
+		w("a", 1, 0, 10, stOK),
+		w("a", 2, 20, 30, stOK),
+		w("a", 3, 25, 35, stUnknown),
+		w("b", 4, 0, 10, stOK),
+		w("c", 5, 0, 10, stOK),
+		w("c", 6, 5, 15, stOK), // concurrent with 5: either may be last
+		w("d", 7, 0, 10, stOK),
+	}
+	lost, corrupt := durability(ops, map[string]int64{"a": 1, "b": 4, "c": 5, "d": 0, "e": 99})
+	// a=1 loses 2 (acked after 1 returned); d=0 loses 7; e=99 was never written.
+	if len(lost) != 2 || lost[0].Value != 7 || lost[1].Value != 2 {
+		t.Errorf("lost = %v, want writes 7 and 2", lost)
+	}
+	if len(corrupt) != 1 {
+		t.Errorf("corrupt = %v, want e", corrupt)
+	}
+	// An unknown write overwriting the acknowledged ones is no loss.
+	if lost, corrupt := durability(ops, map[string]int64{"a": 3, "b": 4, "c": 6, "d": 7}); len(lost)+len(corrupt) != 0 {
+		t.Errorf("lost %v corrupt %v, want none", lost, corrupt)
+	}
+}
+
+func TestCheckerStaleReads(t *testing.T) {
+	ops := []op{
+		w("a", 1, 0, 10, stOK),
+		w("a", 2, 20, 30, stOK),
+		r(opReadPlain, "a", 0, 5, 6),   // before any ack: fine
+		r(opReadPlain, "a", 0, 12, 13), // after 1 acked: stale
+		r(opReadPlain, "a", 1, 25, 26), // 2 not acked yet: fine
+		r(opReadPlain, "a", 1, 40, 41), // 2 acked before: stale
+		r(opReadPlain, "a", 2, 40, 41),
+		r(opReadPlain, "a", 9, 40, 41), // never written
+		r(opReadLin, "a", 1, 40, 41),   // not a plain read
+	}
+	stale, total, unknown := staleReads(ops)
+	if stale != 2 || total != 6 || unknown != 1 {
+		t.Errorf("stale %d total %d unknown %d, want 2 6 1", stale, total, unknown)
+	}
+}
+
+func TestCheckerTryagain(t *testing.T) {
+	at := func(node int, o op) op { o.Node = node; return o }
+	faults := []fault{
+		{Kind: "kill", Node: 0, Start: 100, End: 200},
+		{Kind: "stop", Node: 1, Start: 300, End: 400},
+		{Kind: "partition", Node: 2, Start: 390, End: 500},
+	}
+	ops := []op{
+		at(0, w("a", 1, 150, 160, stFailed)), // its node was killed: allowed
+		at(1, w("a", 2, 150, 160, stFailed)), // n1 killed, n2+n3 a quorum: violation
+		at(1, w("a", 3, 50, 99, stFailed)),   // no fault: violation
+		at(0, w("a", 4, 350, 395, stFailed)), // n2 and n3 both faulted during the call: allowed
+		at(0, w("a", 5, 350, 360, stUnknown)),
+		at(0, w("a", 6, 350, 360, stOK)),
+	}
+	got := tryagainDuringQuorum(ops, faults)
+	if len(got) != 2 || got[0].Value != 2 || got[1].Value != 3 {
+		t.Errorf("got %v, want writes 2 and 3", got)
+	}
+}
