@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"encoding/binary"
 	"sync"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -44,6 +45,9 @@ func syncCommands() []*Command {
 		{Name: "RL.SYNC", Arity: 3, Flags: FlagAdmin, Handler: syncCmd,
 			Summary: "Internal: a peer's consumption since its last message, applied to the local buckets.",
 			Syntax:  "from-node-id payload"},
+		{Name: "RL.LEASE", Arity: -3, Flags: FlagAdmin, Handler: leaseCmd,
+			Summary: "Internal: a peer asks this node, the owner of some buckets, for tokens (or gives unused ones back).",
+			Syntax:  "from-node-id [RETURN] payload"},
 	}
 }
 
@@ -70,4 +74,55 @@ func syncCmd(ctx *Ctx) {
 		return
 	}
 	ctx.Conn.WriteInt(n)
+}
+
+// leaseCmd is the owner's side of the token leases: for each bucket asked
+// for, it charges the credit the peer spent, takes up to the tokens wanted
+// from its own bucket and answers,
+// in order, how many it granted, for how long (ns) they may be used,
+// when none, in how many ns to ask again, and how many it kept. With RETURN it takes back tokens
+// of expired leases.
+func leaseCmd(ctx *Ctx) {
+	a := ctx.Args
+	from := string(a[1])
+	if _, ok := ctx.Env.Cluster.State().Members[from]; !ok {
+		ctx.Conn.WriteError("ERR RL.LEASE from '" + printable(a[1], 64) + "', which is not a member")
+		return
+	}
+	ret := len(a) == 4 && eq(a[2], "RETURN")
+	if len(a) != 3 && !ret {
+		ctx.Conn.WriteError(errSyntax)
+		return
+	}
+	now := ctx.Env.Clock()
+	if ret {
+		n := 0
+		err := engine.DecodeDeltas(a[3], func(space engine.Space, key []byte, lim *engine.Limit, tokens int64) {
+			ctx.Env.Store.Return(now, space, key, lim, tokens)
+			n++
+		})
+		if err != nil {
+			ctx.Conn.WriteError("ERR RL.LEASE payload: " + err.Error())
+			return
+		}
+		ctx.Conn.WriteInt(n)
+		return
+	}
+	var out []byte
+	err := engine.DecodeWants(a[2], func(space engine.Space, key []byte, lim *engine.Limit, tokens, owed int64) {
+		got, expires, retry, left := ctx.Env.Store.Take(now, engine.Request{Space: space, Key: key, Limit: lim, Cost: tokens}, owed)
+		ttl := int64(0)
+		if got > 0 {
+			ttl = max(expires-now, 0)
+		}
+		out = binary.AppendUvarint(out, uint64(got))
+		out = binary.AppendUvarint(out, uint64(ttl))
+		out = binary.AppendUvarint(out, uint64(max(retry, 0)))
+		out = binary.AppendUvarint(out, uint64(max(left, 0)))
+	})
+	if err != nil {
+		ctx.Conn.WriteError("ERR RL.LEASE payload: " + err.Error())
+		return
+	}
+	ctx.Conn.WriteBulk(out)
 }

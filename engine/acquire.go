@@ -62,6 +62,8 @@ type level struct {
 	h      hashed
 	idx    uint32
 	exists bool
+	lease  bool  // decided from this node's lease (lease.go)
+	credit int64 // a new lease's credit (lease.go), 0 if none
 	out    outcome
 }
 
@@ -75,6 +77,18 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
 		if old := &sh.limits[e.lim].lim; !old.same(r.Limit) && r.Limit.Algo != Quota {
 			st = rescale(old, r.Limit, st, now)
 		}
+	}
+	if lv.lease {
+		st, lv.credit = s.leaseView(sh, lv, r, now, st)
+		lv.out = leaseDecide(r.Limit, st, true, now, r.Cost)
+		if lv.exists {
+			// The owner's tokens as of the last grant count towards
+			// what a client is told remains.
+			lv.out.remaining = min(lv.out.remaining+sh.left[lv.idx], r.Limit.Burst)
+		} else if lv.out.ok {
+			lv.out.remaining = r.Limit.Burst - r.Cost
+		}
+		return
 	}
 	if r.Limit.Algo == Quota {
 		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, s.quotaBase(sh, r))
@@ -92,7 +106,11 @@ func (s *Store) update(lv *level, r *Request) {
 		e.lim = sh.internLimit(r.Limit)
 	}
 	e.st = lv.out.next
-	s.record(sh, lv.idx, r)
+	if lv.lease {
+		s.spendCredit(sh, lv.idx, lv, r.Cost)
+	} else {
+		s.record(sh, lv.idx, r)
+	}
 }
 
 // create stores an admitted level's new state in a new bucket.
@@ -101,13 +119,19 @@ func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []b
 	s.makeRoom(sh, now, keep, kept)
 	i := sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
 	s.live.Add(1)
-	s.record(sh, i, r)
+	if lv.lease {
+		lv.idx, lv.exists = i, true
+		s.spendCredit(sh, i, lv, r.Cost)
+	} else {
+		s.record(sh, i, r)
+	}
 }
 
 // Acquire charges one bucket: AcquireAll for a single request, without the
 // bookkeeping of several locks.
 func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result {
-	lv := level{h: s.hash(r.Space, r.Key)}
+	var lv level
+	lv.h, lv.lease = s.route(&r, maxWait)
 	sh := &s.shards[lv.h.shard]
 	sh.mu.Lock()
 	s.eval(&lv, &r, now, maxWait)
@@ -118,6 +142,9 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 		} else {
 			s.create(&lv, &r, now, nil, nil)
 		}
+	}
+	if lv.lease && !dryRun {
+		s.want(&lv, &r, now, o.ok)
 	}
 	sh.mu.Unlock()
 	res := Result{Remaining: o.remaining, Limit: r.Limit.Burst, ResetAfter: o.reset, Allowed: o.ok, Wait: o.wait}
@@ -150,7 +177,7 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 	)
 	nl := 0
 	for i := range reqs {
-		lvs[i].h = s.hash(reqs[i].Space, reqs[i].Key)
+		lvs[i].h, lvs[i].lease = s.route(&reqs[i], maxWait)
 		nl = insertSorted(order[:], nl, lvs[i].h.shard)
 	}
 	for _, si := range order[:nl] {
@@ -172,6 +199,13 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 		for i := range reqs {
 			if outs[i].changed && !exists[i] {
 				s.create(&lvs[i], &reqs[i], now, idx[:n], exists[:n])
+			}
+		}
+	}
+	if !dryRun {
+		for i := range reqs {
+			if lvs[i].lease {
+				s.want(&lvs[i], &reqs[i], now, res.Allowed)
 			}
 		}
 	}
@@ -251,6 +285,15 @@ func (s *Store) Limit(space Space, key []byte) (Limit, bool) {
 // returns its state afterwards. lim nil means the bucket's own limit; then
 // found is false if there is no bucket (a missing bucket is full).
 func (s *Store) Refund(now int64, space Space, key []byte, lim *Limit, n int64) (res Result, found bool) {
+	if o := s.owners.Load(); o != nil && lim != nil {
+		if i := o.of(space, key); i != o.self && !o.down[i].Load() {
+			return s.refundLease(now, space, key, lim, n), true
+		}
+	}
+	return s.refund(now, space, key, lim, n)
+}
+
+func (s *Store) refund(now int64, space Space, key []byte, lim *Limit, n int64) (res Result, found bool) {
 	h := s.hash(space, key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()

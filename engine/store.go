@@ -34,6 +34,8 @@ type Store struct {
 	evictedFull     atomic.Uint64
 	evictedPressure atomic.Uint64
 	sweepShard      atomic.Uint64
+	owners          atomic.Pointer[owners] // nil: this node owns every bucket
+	wake            chan struct{}
 }
 
 // Options configures a Store.
@@ -157,14 +159,27 @@ type shard struct {
 	// only while the store syncs with peers. A map that is cleared keeps
 	// its memory, so recording allocates nothing once it has grown.
 	pending map[uint32]int64
-	qkey    []byte   // a quota key handed to the quota source
-	_       [40]byte // keep neighbouring shards' locks off this cache line
+	// Leases (lease.go): wants are the leases asking for tokens, held
+	// the leases holding tokens.
+	wants  map[uint32]struct{}
+	held   map[uint32]struct{}
+	credit map[uint32]int64 // a lease's unspent credit
+	owed   map[uint32]int64 // a lease's spent credit not yet sent
+	left   map[uint32]int64 // the owner's tokens at a lease's last grant
+
+	qkey []byte   // a quota key handed to the quota source
+	_    [40]byte // keep neighbouring shards' locks off this cache line
 }
 
 func (sh *shard) init() {
 	sh.index = make([]uint32, minIndex)
 	sh.limIx = make(map[Limit]uint32)
 	sh.pending = make(map[uint32]int64)
+	sh.wants = make(map[uint32]struct{})
+	sh.held = make(map[uint32]struct{})
+	sh.credit = make(map[uint32]int64)
+	sh.owed = make(map[uint32]int64)
+	sh.left = make(map[uint32]int64)
 }
 
 func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
@@ -274,6 +289,11 @@ func (sh *shard) unlink(pos uint32) {
 	i := sh.index[pos]&0xffffff - 1
 	e := sh.entry(i)
 	delete(sh.pending, i) // the entry's number may go to another key
+	delete(sh.wants, i)
+	delete(sh.held, i)
+	delete(sh.credit, i)
+	delete(sh.owed, i)
+	delete(sh.left, i)
 	sh.dropLimit(e.lim)
 	sh.live -= int(e.klen)
 	sh.dead += int(e.klen)
@@ -368,7 +388,7 @@ func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) {
 			continue
 		}
 		e := sh.entry(v&0xffffff - 1)
-		at := idleAt(&sh.limits[e.lim].lim, e.st)
+		at := e.idleAt(&sh.limits[e.lim].lim)
 		if at <= now {
 			sh.unlink(uint32(pos))
 			freed++
@@ -418,7 +438,7 @@ func (s *Store) Sweep(now int64, budget int) int {
 			v := sh.index[pos]
 			if v != 0 {
 				e := sh.entry(v&0xffffff - 1)
-				if idleAt(&sh.limits[e.lim].lim, e.st) <= now {
+				if e.idleAt(&sh.limits[e.lim].lim) <= now {
 					sh.unlink(pos)
 					s.live.Add(-1)
 					removed++

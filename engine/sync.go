@@ -257,11 +257,23 @@ const SyncFormat = 1
 // algorithm, the limit's rate, window and burst, the delta and the key,
 // integers as varints.
 func AppendDelta(b []byte, space Space, key []byte, lim *Limit, delta int64) []byte {
+	return appendRecord(b, space, key, lim, delta)
+}
+
+// AppendWant appends one lease's request to an RL.LEASE message (which
+// starts with the byte SyncFormat): a delta record of the tokens wanted,
+// then the credit tokens this node admitted that the owner must charge.
+func AppendWant(b []byte, space Space, key []byte, lim *Limit, tokens, owed int64) []byte {
+	b = appendRecord(b, space, key, lim, tokens)
+	return binary.AppendUvarint(b, uint64(owed))
+}
+
+func appendRecord(b []byte, space Space, key []byte, lim *Limit, n int64) []byte {
 	b = append(b, byte(space), byte(lim.Algo))
 	b = binary.AppendUvarint(b, uint64(lim.Rate))
 	b = binary.AppendUvarint(b, uint64(lim.Window))
 	b = binary.AppendUvarint(b, uint64(lim.Burst))
-	b = binary.AppendUvarint(b, uint64(delta))
+	b = binary.AppendUvarint(b, uint64(n))
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	return append(b, key...)
 }
@@ -274,6 +286,15 @@ var ErrBadSync = errors.New("engine: malformed sync message")
 // stops at the first malformed record with ErrBadSync; records before it
 // have been delivered.
 func DecodeDeltas(b []byte, f func(space Space, key []byte, lim *Limit, delta int64)) error {
+	return decodeRecords(b, false, func(space Space, key []byte, lim *Limit, delta, _ int64) { f(space, key, lim, delta) })
+}
+
+// DecodeWants is DecodeDeltas for a message written by AppendWant.
+func DecodeWants(b []byte, f func(space Space, key []byte, lim *Limit, tokens, owed int64)) error {
+	return decodeRecords(b, true, f)
+}
+
+func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Limit, n, owed int64)) error {
 	if len(b) == 0 || b[0] != SyncFormat {
 		return ErrBadSync
 	}
@@ -309,8 +330,17 @@ func DecodeDeltas(b []byte, f func(space Space, key []byte, lim *Limit, delta in
 		if err != nil {
 			return ErrBadSync
 		}
-		f(space, b[:klen], &lim, delta)
+		key := b[:klen]
 		b = b[klen:]
+		var o uint64
+		if owed {
+			var n int
+			if o, n = binary.Uvarint(b); n <= 0 || o > MaxCost {
+				return ErrBadSync
+			}
+			b = b[n:]
+		}
+		f(space, key, &lim, delta, int64(o))
 	}
 	return nil
 }

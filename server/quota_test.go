@@ -287,9 +287,12 @@ func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
 		}
 	}
 	raftfsm.WaitFor(t, 20*time.Second, "every counter committed", func() bool { return n.Raft.FSM().QuotaCounters() == keys })
-	if got := scrape(t, n.Server.HTTPAddr())["sluice_quota_batches_committed_total"]; got < 3 {
-		t.Fatalf("%v batches for %d counters", got, keys)
-	}
+	// A batch's counts are visible a moment before the syncer counts it.
+	var got float64
+	raftfsm.WaitFor(t, 10*time.Second, "three batches counted", func() bool {
+		got = scrape(t, n.Server.HTTPAddr())["sluice_quota_batches_committed_total"]
+		return got >= 3
+	})
 	it, _ := n.Raft.FSM().Quota("i|k12345")
 	if it.Used != 1 || it.Limit != 7 || it.Period != "week UTC" {
 		t.Fatalf("a counter: %+v", it)

@@ -1,0 +1,454 @@
+package engine
+
+import (
+	"math"
+	"sort"
+	"sync/atomic"
+)
+
+// Token leases: in a cluster every bucket has one owner, chosen by
+// rendezvous hashing of its key over the members, and only the owner's
+// bucket decides how many tokens exist. The owner spends from its bucket
+// directly; every other node admits from a lease: tokens the owner took
+// from its bucket and granted to that node (Take), which the node spends
+// locally with no round trip (the lease space of the store). A node asks
+// for more before its lease runs dry (Wants) and applies what comes back
+// (Grant); tokens left in a lease that expires go back to the owner
+// (Expired, then Return). Since every admitted token was first taken from
+// the owner's bucket, the cluster admits at most what one exact bucket
+// would: its burst plus its rate over the time.
+
+// leaseBit marks the lease space of a key space.
+const leaseBit Space = 0x80
+
+// LeaseTTL is how long granted tokens of a rate limit stay usable; unused
+// ones then go back to the owner. Window and quota leases end with their
+// window or period.
+const LeaseTTL = int64(250e6)
+
+// owners is the membership that ownership is computed over.
+type owners struct {
+	ids   []string
+	seeds []uint64
+	self  int // index of this node in ids, -1 if not a member
+	down  []atomic.Bool
+}
+
+// SetOwners sets the members that own buckets (this node's id among them).
+// With fewer than two members every bucket is this node's: no leases.
+func (s *Store) SetOwners(self string, members []string) {
+	if len(members) < 2 {
+		s.owners.Store(nil)
+		return
+	}
+	ids := append([]string(nil), members...)
+	sort.Strings(ids)
+	o := &owners{ids: ids, seeds: make([]uint64, len(ids)), self: -1, down: make([]atomic.Bool, len(ids))}
+	for i, id := range ids {
+		o.seeds[i] = fnv64([]byte(id), 0)
+		if id == self {
+			o.self = i
+		}
+	}
+	s.owners.Store(o)
+}
+
+// SetOwnerDown marks an owner unreachable (or reachable again): while it
+// is down, this node limits that owner's buckets from its own (a bounded
+// local mode) instead of from leases.
+func (s *Store) SetOwnerDown(id string, down bool) {
+	o := s.owners.Load()
+	if o == nil {
+		return
+	}
+	for i, m := range o.ids {
+		if m == id {
+			o.down[i].Store(down)
+		}
+	}
+}
+
+// Owner returns the id of the member owning key in space and whether it
+// is this node.
+func (s *Store) Owner(space Space, key []byte) (id string, self bool) {
+	o := s.owners.Load()
+	if o == nil {
+		return "", true
+	}
+	i := o.of(space, key)
+	return o.ids[i], i == o.self
+}
+
+func (o *owners) of(space Space, key []byte) int {
+	h := fnv64(key, uint64(space))
+	best, bestScore := 0, uint64(0)
+	for i, seed := range o.seeds {
+		if sc := mix64(h ^ seed); i == 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	}
+	return best
+}
+
+// fnv64 is FNV-1a: the same on every node, unlike the store's seeded hash.
+func fnv64(b []byte, salt uint64) uint64 {
+	h := uint64(14695981039346656037) ^ salt
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 is splitmix64's finaliser.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// route returns where r is decided: its own bucket, or (lease true) this
+// node's lease of a bucket another member owns. Calls that may wait (a
+// reservation) are decided locally, as are buckets of an owner marked
+// down. Calendar quota counters are not leased: their counts reach the
+// cluster through Raft (quota.go of the server).
+func (s *Store) route(r *Request, maxWait int64) (hashed, bool) {
+	o := s.owners.Load()
+	if o == nil || maxWait > 0 || r.Space == SpaceQuota {
+		return s.hash(r.Space, r.Key), false
+	}
+	i := o.of(r.Space, r.Key)
+	if i == o.self || o.down[i].Load() {
+		return s.hash(r.Space, r.Key), false
+	}
+	return s.hash(r.Space|leaseBit, r.Key), true
+}
+
+// Lease state: a = tokens granted and not spent, b = when they expire
+// (ns), c = tokens asked for since the last grant (demand).
+
+// leaseDecide evaluates a request against a lease.
+func leaseDecide(l *Limit, st state, exists bool, now, cost int64) outcome {
+	bal := int64(0)
+	if exists && now < st.b {
+		bal = st.a
+	}
+	o := outcome{remaining: bal, reset: refillTime(l, l.Burst-bal)}
+	switch {
+	case cost > l.Burst:
+		o.never, o.retry = true, -1
+	case cost <= bal:
+		o.ok, o.changed = true, cost > 0
+		o.remaining = bal - cost
+		o.reset = refillTime(l, l.Burst-o.remaining)
+		o.next = state{a: bal - cost, b: st.b, c: st.c + cost}
+	default:
+		o.retry = max(refillTime(l, cost-bal), 1)
+	}
+	return o
+}
+
+// refillTime estimates the ns in which l's bucket gains n tokens.
+func refillTime(l *Limit, n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	hi := float64(n) * float64(l.Window) / float64(l.Rate)
+	if hi > math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	return int64(math.Ceil(hi))
+}
+
+// A lease with no tokens may take a credit: its burst's share among the
+// members,
+// spendable at once, so that a node's first calls for a key are not refused
+// while it asks the owner. Credit is not taken from the owner's bucket:
+// what a node admits from it is owed, sent with its next request, and
+// charged to the owner's bucket (which may go into debt), so over time the
+// cluster still admits what one bucket allows; at any moment it may be
+// ahead by at most the credits being spent, less than one burst. A lease
+// entry lives at least as long as the bucket takes to refill, so a node
+// gets a new credit for a key no more often than one full bucket's worth.
+
+// credit returns the credit of a lease under l: the burst's share among
+// the members. The credits of all other members together stay below one
+// burst, the momentary excess the cluster's bound allows.
+func (s *Store) credit(l *Limit) int64 {
+	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
+		return 0 // a window's count starts afresh: debt cannot repay a credit
+	}
+	n := int64(1)
+	if o := s.owners.Load(); o != nil {
+		n = int64(len(o.ids))
+	}
+	return max((l.Burst+n-1)/n, 1)
+}
+
+// leaseView returns a lease as a call sees it (its shard locked): its
+// tokens, or, when it has none, a credit (returned too), unless the lease
+// has spent a credit or had tokens that have not yet expired (a refill is
+// on its way), or its owner said when it expects tokens and that time has
+// not come.
+func (s *Store) leaseView(sh *shard, lv *level, r *Request, now int64, st state) (state, int64) {
+	if lv.exists && now < st.b && st.a > 0 {
+		return st, 0
+	}
+	if lv.exists && (now < st.b || sh.owed[lv.idx] > 0 || sh.credit[lv.idx] > 0) {
+		return state{b: st.b, c: st.c}, 0
+	}
+	c := s.credit(r.Limit)
+	if c == 0 {
+		return state{b: st.b, c: st.c}, 0
+	}
+	return state{a: c, b: now + LeaseTTL, c: st.c}, c
+}
+
+// spendCredit notes cost tokens spent from lease entry i (its shard
+// locked): they come out of its credit first, and what does is owed.
+func (s *Store) spendCredit(sh *shard, i uint32, lv *level, cost int64) {
+	if lv.credit > 0 {
+		sh.credit[i] = lv.credit
+		lv.credit = 0
+	}
+	c := sh.credit[i]
+	if c <= 0 {
+		return
+	}
+	from := min(c, cost)
+	if c -= from; c > 0 {
+		sh.credit[i] = c
+	} else {
+		delete(sh.credit, i)
+	}
+	sh.owed[i] += from
+}
+
+// want notes the demand of a lease level (its shard locked) after a call
+// of cost, creating the lease entry (with its credit) if needed, and flags
+// it for a refill when what is left is at most what was asked for since
+// the last grant, or when it owes credit to the owner.
+func (s *Store) want(lv *level, r *Request, now int64, admitted bool) {
+	sh := &s.shards[lv.h.shard]
+	i, ok := sh.find(lv.h, r.Key)
+	if !ok {
+		c := s.credit(r.Limit)
+		s.makeRoom(sh, now, nil, nil)
+		i = sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), state{a: c, b: now + LeaseTTL})
+		s.live.Add(1)
+		if c > 0 {
+			sh.credit[i] = c
+		}
+	}
+	e := sh.entry(i)
+	if !admitted {
+		e.st.c += max(r.Cost, 1)
+	}
+	bal := e.st.a
+	if now >= e.st.b {
+		bal = 0
+	}
+	if bal <= e.st.c || sh.owed[i] > 0 {
+		sh.wants[i] = struct{}{}
+		if s.wake != nil {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// SetWake sets a channel that receives a signal (without blocking) when a
+// lease wants tokens.
+func (s *Store) SetWake(ch chan struct{}) { s.wake = ch }
+
+// Want is one lease's request for tokens.
+type Want struct {
+	Space   Space // the bucket's space (without the lease mark)
+	Key     []byte
+	Limit   Limit
+	Tokens  int64 // how many to ask for
+	Owed    int64 // credit spent, for the owner to charge
+	Balance int64 // what the lease still holds
+}
+
+// Wants calls f with every lease that asked for tokens since the last
+// call, and clears the requests. f runs with the shard locked; key is
+// valid only during the call.
+func (s *Store) Wants(now int64, f func(w *Want)) {
+	var w Want
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for idx := range sh.wants {
+			delete(sh.wants, idx)
+			e := sh.entry(idx)
+			lim := &sh.limits[e.lim].lim
+			bal := e.st.a
+			if now >= e.st.b {
+				bal = 0
+			}
+			// Ask for what was used since the last grant; while tokens
+			// are left (a steady stream), twice that, so that the next
+			// grant comes before this one is spent. At most one burst.
+			n := max(e.st.c, 1)
+			if bal > 0 {
+				n *= 2
+			}
+			n = min(n, lim.Burst)
+			w = Want{Space: e.space &^ leaseBit, Key: sh.key(e), Limit: *lim, Tokens: n, Balance: bal, Owed: sh.owed[idx]}
+			delete(sh.owed, idx)
+			e.st.c = 0
+			f(&w)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Grant adds n tokens to this node's lease of key, usable until expires,
+// and notes left, the tokens the owner kept. With n = 0, expires is when
+// the owner expects to have tokens: until then the lease takes no credit.
+func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires, left int64) {
+	h := s.hash(space|leaseBit, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, ok := sh.find(h, key)
+	if !ok {
+		if n <= 0 {
+			return
+		}
+		s.makeRoom(sh, now, nil, nil)
+		i = sh.insert(h, key, sh.internLimit(lim), state{b: now})
+		s.live.Add(1)
+	}
+	e := sh.entry(i)
+	if now >= e.st.b {
+		e.st.a = 0
+		delete(sh.credit, i)
+	}
+	e.st.a += n
+	e.st.b = max(e.st.b, expires)
+	sh.left[i] = left
+	if e.st.a > 0 {
+		sh.held[i] = struct{}{}
+	}
+}
+
+// Take is the owner's side of a grant: it charges owed tokens (credit a
+// node admitted) to the owner's bucket of r, into debt if need be, then
+// takes up to r.Cost tokens (at least one, if any) from it as an admitted
+// call would, and returns how many it took, until when they may be used,
+// and, when none, in how many ns to ask again, and how many the bucket
+// keeps.
+func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, left int64) {
+	r.Space &^= leaseBit
+	if owed > 0 {
+		s.Consume(now, r.Space, r.Key, r.Limit, owed, maxCreditDebt*r.Limit.Burst)
+	}
+	if r.Cost <= 0 {
+		return 0, 0, 0, 0
+	}
+	want := r.Cost
+	lv := level{h: s.hash(r.Space, r.Key)}
+	sh := &s.shards[lv.h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s.eval(&lv, &r, now, 0)
+	if !lv.out.ok {
+		if lv.out.remaining <= 0 {
+			return 0, 0, max(lv.out.retry, 1), 0
+		}
+		r.Cost = min(want, lv.out.remaining)
+		s.eval(&lv, &r, now, 0)
+		if !lv.out.ok {
+			return 0, 0, max(lv.out.retry, 1), 0
+		}
+	}
+	if lv.out.changed {
+		if lv.exists {
+			s.update(&lv, &r)
+		} else {
+			s.create(&lv, &r, now, nil, nil)
+		}
+	}
+	return r.Cost, leaseEnd(r.Limit, now), 0, lv.out.remaining
+}
+
+// maxCreditDebt bounds, in bursts, how far charged credit may take an
+// owner's bucket below empty.
+const maxCreditDebt = 64
+
+// leaseEnd is when tokens taken at now stop being usable: the end of the
+// window they belong to, else now + LeaseTTL.
+func leaseEnd(l *Limit, now int64) int64 {
+	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
+		return (floorDiv(now, l.Window) + 1) * l.Window
+	}
+	return now + LeaseTTL
+}
+
+// Expired calls f with every lease of tokens past its end that still holds
+// some, and empties it; the caller gives them back to the owner (Return).
+func (s *Store) Expired(now int64, f func(space Space, key []byte, lim *Limit, n int64)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for i := range sh.held {
+			e := sh.entry(i)
+			if e.space&leaseBit == 0 || e.st.a <= 0 {
+				delete(sh.held, i)
+				continue
+			}
+			if now < e.st.b {
+				continue
+			}
+			delete(sh.held, i)
+			lim := &sh.limits[e.lim].lim
+			backed := e.st.a - sh.credit[i] // credit never came from the owner
+			delete(sh.credit, i)
+			if backed > 0 && lim.Algo != FixedWindow && lim.Algo != SlidingWindow {
+				f(e.space&^leaseBit, sh.key(e), lim, backed)
+			}
+			e.st.a = 0
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Return gives n tokens of an expired lease back to the owner's bucket.
+func (s *Store) Return(now int64, space Space, key []byte, lim *Limit, n int64) {
+	s.refund(now, space&^leaseBit, key, lim, n)
+}
+
+// refundLease gives n tokens back to this node's lease of a bucket another
+// member owns (a refund made where the call was admitted), at most up to
+// one burst.
+func (s *Store) refundLease(now int64, space Space, key []byte, lim *Limit, n int64) Result {
+	h := s.hash(space|leaseBit, key)
+	sh := &s.shards[h.shard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	bal := int64(0)
+	if i, ok := sh.find(h, key); ok {
+		if e := sh.entry(i); now < e.st.b {
+			e.st.a = min(e.st.a+n, lim.Burst)
+			bal = e.st.a
+			sh.held[i] = struct{}{}
+		}
+	}
+	return Result{Allowed: true, Remaining: bal, Limit: lim.Burst, ResetAfter: refillTime(lim, lim.Burst-bal)}
+}
+
+// idleAt is when the entry holds nothing worth keeping: a bucket when it
+// is full again, a lease when its tokens have expired (and gone back,
+// Expired runs more often than eviction needs) and its demand is old.
+func (e *entry) idleAt(l *Limit) int64 {
+	if e.space&leaseBit == 0 {
+		return idleAt(l, e.st)
+	}
+	return e.st.b + LeaseTTL + refillTime(l, l.Burst)
+}
