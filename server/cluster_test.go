@@ -97,11 +97,18 @@ func TestClusterForwardsWritesAndReplicates(t *testing.T) {
 			t.Fatalf("%s reports version %d, want %d", n.Raft.ID(), got, v)
 		}
 	}
-	// Every node limits from its own buckets with the replicated config.
+	// Every node limits with the replicated config: the bucket's owner
+	// from the bucket, the others from leases or their credit. Remaining
+	// counts what the answering node knows of (at most 4 after a call).
 	for _, n := range nodes {
 		r := resptest.Dial(t, n.Server.RespAddr()).Do("RL.ACQUIRE", "tenant/a")
-		if !strings.HasPrefix(r, "[1 4 5 ") {
+		if !strings.HasPrefix(r, "[1 ") || !strings.Contains(r, ` 5 0 `) || !strings.HasSuffix(r, ` "tenant/a"]`) {
 			t.Fatalf("%s: %s", n.Raft.ID(), r)
+		}
+		var rem int
+		fmt.Sscanf(r, "[1 %d", &rem)
+		if rem > 4 {
+			t.Fatalf("%s: %d remaining after a call to a limit of 5", n.Raft.ID(), rem)
 		}
 	}
 	// CLUSTER NODES lists every member with its RESP address and role.
