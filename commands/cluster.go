@@ -140,7 +140,10 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: " + err.Error())
 			return
 		}
-		resp, err := cl.Apply(a[2])
+		// The argument lives in the connection's read buffer, which the
+		// next command overwrites; Raft keeps the entry (its log cache
+		// sends it to followers later), so it gets a copy of its own.
+		resp, err := cl.Apply(append([]byte(nil), a[2]...))
 		if err != nil {
 			ctx.Conn.WriteError(err.Error())
 			return

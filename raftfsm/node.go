@@ -1076,3 +1076,17 @@ func (n *Node) Shutdown() error {
 	}
 	return err
 }
+
+// Entry returns the log entry at index as this node's log holds it (from
+// its log cache when there), or an error for an index it does not hold or
+// that is not a command.
+func (n *Node) Entry(index uint64) (*Entry, error) {
+	var l raft.Log
+	if err := n.logs.GetLog(index, &l); err != nil {
+		return nil, err
+	}
+	if l.Type != raft.LogCommand {
+		return nil, fmt.Errorf("raftfsm: entry %d is not a command", index)
+	}
+	return Decode(l.Data)
+}

@@ -1,0 +1,55 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// Writes forwarded over one connection reach the leader's log intact: the
+// entry Raft keeps (and later sends to lagging followers from its cache)
+// must not share memory with the connection's read buffer, which the next
+// forwarded write overwrites.
+func TestForwardedEntriesStayIntact(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	var follower *Node
+	for _, n := range nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	c := resptest.Dial(t, follower.Server.RespAddr())
+	first := uint64(0)
+	const writes = 40
+	for i := 1; i <= writes; i++ {
+		if got := c.Do("RL.BUDGET", "SET", fmt.Sprintf("fw/n%02d", i), "RATE", strconv.Itoa(i)); got != "+OK" {
+			t.Fatalf("write %d: %s", i, got)
+		}
+		if i == 1 {
+			first = follower.Raft.FSM().Applied()
+		}
+	}
+	raftfsm.WaitFor(t, 10*time.Second, "the writes on the leader", func() bool {
+		return leader.Raft.FSM().Applied() >= first+writes-1
+	})
+	want := 1
+	for idx := first; want <= writes && idx <= leader.Raft.FSM().Applied(); idx++ {
+		e, err := leader.Raft.Entry(idx)
+		if err != nil || e.Type != raftfsm.SetBudget || e.Path[:3] != "fw/" {
+			continue // a member record, a quota batch
+		}
+		if e.Path != fmt.Sprintf("fw/n%02d", want) || e.Config.Rate != int64(want) {
+			t.Fatalf("log entry %d holds %s rate %d, want fw/n%02d rate %d", idx, e.Path, e.Config.Rate, want, want)
+		}
+		want++
+	}
+	if want != writes+1 {
+		t.Fatalf("found %d of %d forwarded writes in the leader's log", want-1, writes)
+	}
+}
