@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory fuzz docker clean
+.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-accuracy fuzz docker clean
 
 all: build
 
@@ -42,6 +42,12 @@ bench:
 # redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
 bench-compare:
 	bash bench/compare.sh
+
+# How closely 3 nodes hold a limit spread over them, every scenario for
+# ACCURACY_D each (default 10s); see docs/accuracy.md.
+ACCURACY_D ?= 10s
+bench-accuracy:
+	$(GO) run ./bench/accuracy -d $(ACCURACY_D)
 
 # Bytes per live bucket at 1,000,000 buckets, sluice beside Redis + Lua.
 bench-memory:
