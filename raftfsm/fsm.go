@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -70,8 +69,7 @@ type FSM struct {
 	OnMembers       func(st *State)
 
 	writes writeTable
-	waitMu sync.Mutex
-	waitCh chan struct{}
+	moved  signal // fired at every applied entry
 }
 
 // NewFSM returns a state machine with an empty tree and no members.

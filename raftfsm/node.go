@@ -592,13 +592,9 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
 		if n.AppliedIndex() >= index {
 			return true
 		}
-		select {
-		case <-ctx.Done():
+		// The timer: no-ops and barriers move Raft's index only.
+		if n.pause(ctx, ch, 10*time.Millisecond) != nil {
 			return false
-		case <-n.stop:
-			return false
-		case <-ch:
-		case <-time.After(10 * time.Millisecond): // no-ops move Raft's index only
 		}
 	}
 }
@@ -619,15 +615,26 @@ func (n *Node) Forward(args [][]byte) ([]byte, error) {
 				return nil, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if err := n.pause(ctx, changed, 50*time.Millisecond); err == ErrShutdown {
+			return nil, err
+		} else if err != nil {
 			return nil, ErrNoLeader
-		case <-n.stop:
-			return nil, ErrShutdown
-		case <-changed:
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// pause waits for ch, for d, for ctx to end or for shutdown, and says why
+// it ended early: ctx.Err() or ErrShutdown; nil otherwise.
+func (n *Node) pause(ctx context.Context, ch <-chan struct{}, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.stop:
+		return ErrShutdown
+	case <-ch:
+	case <-time.After(d):
+	}
+	return nil
 }
 
 // ReadState returns the state for a read. On a leader it first waits (up
@@ -651,13 +658,10 @@ func (n *Node) ReadState(consistent bool) (*State, error) {
 		if n.raft.State() != raft.Leader {
 			return n.ReadState(consistent)
 		}
-		select {
-		case <-ctx.Done():
+		if err := n.pause(ctx, changed, 20*time.Millisecond); err == ErrShutdown {
+			return nil, err
+		} else if err != nil {
 			return nil, ErrNotCaught
-		case <-n.stop:
-			return nil, ErrShutdown
-		case <-changed:
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	if consistent {

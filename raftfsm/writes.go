@@ -175,21 +175,7 @@ func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
 }
 
 // appliedSignal wakes everyone waiting for the applied index to move.
-func (f *FSM) appliedSignal() {
-	f.waitMu.Lock()
-	if f.waitCh != nil {
-		close(f.waitCh)
-		f.waitCh = nil
-	}
-	f.waitMu.Unlock()
-}
+func (f *FSM) appliedSignal() { f.moved.fire() }
 
 // appliedChanged returns a channel closed at the next applied entry.
-func (f *FSM) appliedChanged() <-chan struct{} {
-	f.waitMu.Lock()
-	defer f.waitMu.Unlock()
-	if f.waitCh == nil {
-		f.waitCh = make(chan struct{})
-	}
-	return f.waitCh
-}
+func (f *FSM) appliedChanged() <-chan struct{} { return f.moved.wait() }
