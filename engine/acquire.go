@@ -203,8 +203,10 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 		}
 	}
 	if !dryRun {
+		// A refused call counts as demand only on the leases that lacked
+		// tokens: the others would hold tokens they cannot spend.
 		for i := range reqs {
-			if lvs[i].lease {
+			if lvs[i].lease && (res.Allowed || !outs[i].ok) {
 				s.want(&lvs[i], &reqs[i], now, res.Allowed)
 			}
 		}
