@@ -54,28 +54,30 @@ func slot(h uint64, shift uint) uint32 { return uint32(1) << ((h >> shift) & hma
 
 func index(bitmap, bit uint32) int { return bits.OnesCount32(bitmap & (bit - 1)) }
 
-// find returns the entry for key, or nil. It does not allocate.
+// find returns the entry for key, or nil. It does not allocate. (Past the
+// last level the shifted hash is 0 and a collision list has neither bit
+// set: it is the one node with entries and empty bitmaps.)
 func find[K string | []byte](n *hnode, h uint64, key K) *entry {
 	for shift := uint(0); n != nil; shift += hbits {
-		if shift > hmaxShift {
-			for i := range n.ents {
-				if n.ents[i].key == string(key) {
-					return &n.ents[i].val
-				}
-			}
-			return nil
-		}
 		bit := slot(h, shift)
+		if n.sub&bit != 0 {
+			n = n.kids[index(n.sub, bit)]
+			continue
+		}
 		if n.data&bit != 0 {
 			if e := &n.ents[index(n.data, bit)]; e.key == string(key) {
 				return &e.val
 			}
 			return nil
 		}
-		if n.sub&bit == 0 {
-			return nil
+		if n.data|n.sub == 0 {
+			for i := range n.ents {
+				if n.ents[i].key == string(key) {
+					return &n.ents[i].val
+				}
+			}
 		}
-		n = n.kids[index(n.sub, bit)]
+		return nil
 	}
 	return nil
 }
