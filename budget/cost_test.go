@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +231,27 @@ func TestWritersShareNothingWithReaders(t *testing.T) {
 		}
 	}
 	close(done)
+}
+
+// TestAllocatedSumsCarry: the per-window sums behind Allocated hold more
+// than 64 bits, and taking children away undoes adding them exactly.
+func TestAllocatedSumsCarry(t *testing.T) {
+	tr := buildTree(t, map[string]string{"p": `{"sustained":{"rate":1,"window":"minute"},"budget":{"mode":"allocated","total":1}}`})
+	e := tr.edit(2)
+	huge := Config{HasLimit: true, Rate: 1 << 62, Window: time.Second}
+	for i := 0; i < 5; i++ {
+		e.addRate("p", &huge, 1)
+	}
+	nt := e.done()
+	// 5·2⁶² per second, normalised to the parent's minute.
+	if got, want := nt.Allocated(nt.Get("p")), new(big.Int).Mul(big.NewInt(5*60), big.NewInt(1<<62)).String(); got != want {
+		t.Fatalf("allocated %s, want %s", got, want)
+	}
+	e = nt.edit(3)
+	for i := 0; i < 5; i++ {
+		e.addRate("p", &huge, -1)
+	}
+	if nt = e.done(); nt.entry("p").alloc != nil || nt.Allocated(nt.Get("p")) != "0" {
+		t.Fatalf("after taking all away: %v", nt.entry("p").alloc)
+	}
 }

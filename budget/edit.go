@@ -1,7 +1,7 @@
 package budget
 
 import (
-	"math/big"
+	"math/bits"
 	"sort"
 	"strings"
 )
@@ -201,20 +201,39 @@ func (e *edit) unlink(parent string, child *Node) {
 }
 
 // addRate adds (sign 1) or takes away (-1) a child's sustained rate to or
-// from parent's allocated sum.
-func (e *edit) addRate(parent string, c *Config, sign int64) {
+// from parent's allocated sum. The sums are exact: taking a child away
+// undoes its adding.
+func (e *edit) addRate(parent string, c *Config, sign int) {
 	if !c.HasLimit {
 		return
 	}
 	en := *e.t.entry(parent)
-	sum := big.NewRat(sign*c.Rate, int64(c.Window))
-	if en.alloc != nil {
-		sum.Add(sum, en.alloc)
+	sums := make([]rateSum, 0, len(en.alloc)+1)
+	found := false
+	for _, r := range en.alloc {
+		if r.window == c.Window {
+			found = true
+			var carry uint64
+			if sign > 0 {
+				r.lo, carry = bits.Add64(r.lo, uint64(c.Rate), 0)
+				r.hi += carry
+			} else {
+				r.lo, carry = bits.Sub64(r.lo, uint64(c.Rate), 0)
+				r.hi -= carry
+			}
+			if r.hi == 0 && r.lo == 0 {
+				continue // no child left with this window
+			}
+		}
+		sums = append(sums, r)
 	}
-	if sum.Sign() == 0 {
-		sum = nil
+	if !found {
+		sums = append(sums, rateSum{window: c.Window, lo: uint64(c.Rate)})
 	}
-	en.alloc = sum
+	if len(sums) == 0 {
+		sums = nil
+	}
+	en.alloc = sums
 	e.put(parent, en)
 	e.alloc[parent] = struct{}{}
 }

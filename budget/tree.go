@@ -31,6 +31,7 @@ type Node struct {
 	label    string // metrics label: the first path segment
 	exact    Plan   // a call addressed to this node
 	implicit Plan   // a call addressed to an unconfigured descendant
+	nagg     uint8  // exact's first nagg levels are the aggregates
 }
 
 // Effective returns the node's effective limit, or false if nothing limits
@@ -106,10 +107,17 @@ type Tree struct {
 type entry struct {
 	node *Node
 	kids *tnode // the paths of the node's children, sorted
-	// alloc is the sum of the children's sustained rates per nanosecond
-	// (rate/window, exactly), over the children with a limit; nil when 0.
-	// Times the node's window it is the node's allocated rate.
-	alloc *big.Rat
+	// alloc sums the sustained rates of the children with a limit, one sum
+	// per window (a tree has few), in 128 bits; Tree.allocated turns them
+	// into the node's allocated rate. Replaced, never written, on a change.
+	alloc []rateSum
+}
+
+// rateSum is the sum of the sustained rates of some children that share a
+// window: hi·2⁶⁴ + lo tokens per window.
+type rateSum struct {
+	window time.Duration
+	hi, lo uint64
 }
 
 // Empty is the tree with no nodes.
@@ -245,34 +253,38 @@ func minLimit(a, b *engine.Limit, algo engine.Algo) (engine.Limit, error) {
 
 // aggregates returns the aggregate levels of n's ancestors and of n itself,
 // root first: their buckets, or for an enforcing node with a quota and no
-// rate, its quota alone.
+// rate, its quota alone. The ancestors' come from the parent's plan (its
+// first nagg levels), their keys shared rather than built again.
 func (n *Node) aggregates() []Level {
-	var chain []*Node
-	for a := n; a != nil; a = a.Parent {
-		chain = append(chain, a)
-	}
 	var out []Level
-	for i := len(chain) - 1; i >= 0; i-- {
-		a := chain[i]
-		switch {
-		case a.agg != nil:
-			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Limit: a.agg, Node: a})
-		case a.Config.Sharing == Enforce && a.Config.Quota != nil:
-			// An enforcing node with a quota and no rate: its quota still
-			// holds its whole subtree.
-			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Node: a, QuotaOnly: true})
-		}
+	if p := n.Parent; p != nil && p.nagg > 0 {
+		out = make([]Level, p.nagg, int(p.nagg)+2)
+		copy(out, p.exact.Levels[:p.nagg])
+		out[len(out)-1].Own = false // the parent's aggregate may be its own bucket too
 	}
+	switch {
+	case n.agg != nil:
+		out = append(out, Level{Key: []byte(n.Path + aggSuffix), Name: []byte(n.Path), Limit: n.agg, Node: n})
+	case n.Config.Sharing == Enforce && n.Config.Quota != nil:
+		// An enforcing node with a quota and no rate: its quota still
+		// holds its whole subtree.
+		out = append(out, Level{Key: []byte(n.Path + aggSuffix), Name: []byte(n.Path), Node: n, QuotaOnly: true})
+	default:
+		return out
+	}
+	withQuotas(out[len(out)-1:])
 	return out
 }
 
 func (n *Node) plans() {
 	c := &n.Config
 	aggs := n.aggregates()
+	n.nagg = uint8(len(aggs))
+	implicit := append(make([]Level, 0, len(aggs)+1), aggs...)
 	// Calls addressed to n itself: aggregates, then n's own bucket — unless
 	// n only draws on a shared parent's pool, or the own bucket would be the
 	// aggregate again (same key space, same limit).
-	exact := append([]Level(nil), aggs...)
+	exact := aggs
 	poolOnly := n.Parent != nil && n.Parent.Config.Mode == Shared && !c.HasLimit
 	ownKeyed := c.Scope == Tenant || c.Scope == Global
 	switch {
@@ -286,6 +298,7 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		exact = append(exact, own)
+		withQuotas(exact[len(exact)-1:])
 	case c.Quota != nil:
 		// No bucket of its own, but a quota: counted per call like one.
 		own := Level{Node: n, Own: true, QuotaOnly: true}
@@ -293,12 +306,12 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		exact = append(exact, own)
+		withQuotas(exact[len(exact)-1:])
 	}
-	n.exact = Plan{Config: n, Levels: withQuotas(exact)}
+	n.exact = Plan{Config: n, Levels: exact}
 	// Calls to unconfigured descendants: the aggregates, plus an own bucket
 	// with n's effective limit when n shares its limit with children and is
 	// not a pool they draw on; an implicit child has n's quota as its own.
-	implicit := append([]Level(nil), aggs...)
 	if c.Sharing != Private && (n.eff != nil && c.Mode != Shared || c.Quota != nil) {
 		own := Level{Limit: n.eff, Node: n, Own: true, QuotaOnly: n.eff == nil || c.Mode == Shared}
 		if own.QuotaOnly {
@@ -308,12 +321,13 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		implicit = append(implicit, own)
+		withQuotas(implicit[len(implicit)-1:])
 	}
-	n.implicit = Plan{Config: n, Levels: withQuotas(implicit)}
+	n.implicit = Plan{Config: n, Levels: implicit}
 }
 
 // withQuotas attaches to each level the quota of the node that governs it.
-func withQuotas(levels []Level) []Level {
+func withQuotas(levels []Level) {
 	for i := range levels {
 		lv := &levels[i]
 		if lv.Quota = lv.Node.Config.Quota; lv.Quota != nil && lv.Key != nil {
@@ -321,7 +335,6 @@ func withQuotas(levels []Level) []Level {
 			lv.QuotaName = []byte(quotaNamePfx + string(lv.Name))
 		}
 	}
-	return levels
 }
 
 // Allocated returns the sum of n's children's sustained rates normalised to
@@ -330,8 +343,15 @@ func (t *Tree) Allocated(n *Node) string { return ratString(t.allocated(n)) }
 
 func (t *Tree) allocated(n *Node) *big.Rat {
 	sum := new(big.Rat)
-	if e := t.entry(n.Path); e != nil && e.alloc != nil {
-		sum.Mul(e.alloc, new(big.Rat).SetInt64(int64(n.Config.Window)))
+	e := t.entry(n.Path)
+	if e == nil {
+		return sum
+	}
+	for _, r := range e.alloc {
+		num := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		num.Or(num, new(big.Int).SetUint64(r.lo))
+		num.Mul(num, big.NewInt(int64(n.Config.Window)))
+		sum.Add(sum, new(big.Rat).SetFrac(num, big.NewInt(int64(r.window))))
 	}
 	return sum
 }
@@ -343,19 +363,25 @@ func (t *Tree) overAllocated(n *Node) bool {
 }
 
 // checkAllocation applies SPEC §4 rule 5 to an allocated node: the sum of
-// its children's rates against total × overcommit.
+// its children's rates against total × overcommit. Only a node in over
+// can fail it or warn.
 func (t *Tree) checkAllocation(n *Node) (warn string, err error) {
+	if tget(t.over, n.Path) == nil {
+		return "", nil
+	}
 	sum := t.allocated(n)
 	total := new(big.Rat).SetInt64(n.Config.Total)
 	limit := new(big.Rat).Mul(total, big.NewRat(n.Config.Overcommit, 1000))
-	w := FormatWindow(n.Config.Window)
-	msg := fmt.Sprintf("children allocate %s/%s, parent total %d/%s × overcommit %s",
-		ratString(sum), w, n.Config.Total, w, ratioString(n.Config.Overcommit))
+	msg := func() string {
+		w := FormatWindow(n.Config.Window)
+		return fmt.Sprintf("children allocate %s/%s, parent total %d/%s × overcommit %s",
+			ratString(sum), w, n.Config.Total, w, ratioString(n.Config.Overcommit))
+	}
 	switch {
 	case sum.Cmp(limit) > 0:
-		return "", budgetErr("%s", msg)
+		return "", budgetErr("%s", msg())
 	case sum.Cmp(total) > 0:
-		return "overcommitted: " + msg, nil
+		return "overcommitted: " + msg(), nil
 	}
 	return "", nil
 }
