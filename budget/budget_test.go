@@ -143,7 +143,7 @@ func TestAllocationCheck(t *testing.T) {
 			if err != nil || ch.Warn != "overcommitted: children allocate 6000/minute, parent total 5000/minute × overcommit 1.5" {
 				t.Fatalf("at 1.5: %v %q", err, ch.Warn)
 			}
-			if got := ch.Tree.Get("p").Allocated(); got != "6000" {
+			if got := ch.Tree.Allocated(ch.Tree.Get("p")); got != "6000" {
 				t.Fatalf("allocated %s", got)
 			}
 			// Lowering the parent's total below the children's sum is refused.
@@ -155,7 +155,7 @@ func TestAllocationCheck(t *testing.T) {
 	}
 	// Children in other windows are normalised to the parent's.
 	tr := buildTree(t, map[string]string{"p": parent("1.0"), "p/s": `{"sustained":{"rate":50,"window":"second"}}`, "p/h": `{"sustained":{"rate":30,"window":"hour"}}`})
-	if got := tr.Get("p").Allocated(); got != "3000.5" {
+	if got := tr.Allocated(tr.Get("p")); got != "3000.5" {
 		t.Fatalf("allocated %s, want 3000.5 (50/s = 3000/min, 30/h = 0.5/min)", got)
 	}
 }

@@ -3,9 +3,11 @@
 // built from those configs (effective limits, allocation checks) and, for
 // every path a call can address, the plan of buckets one RL.ACQUIRE charges.
 //
-// A Tree is immutable once built; the Raft state machine builds a new one on
-// every change and publishes it with one atomic pointer store, so the
-// acquire path reads it without locks or allocation.
+// A Tree is immutable: every change makes a new version that shares all it
+// did not change with the old one (persistent structures, see DESIGN.md),
+// at a cost of O(depth × log n) for a leaf. The Raft state machine publishes
+// each version with one atomic pointer store, so the acquire path reads it
+// without locks or allocation.
 package budget
 
 import (

@@ -3,6 +3,7 @@ package budget
 import (
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"math/big"
 	"sort"
 	"strconv"
@@ -19,10 +20,9 @@ type Node struct {
 	Config  Config
 	Version uint64 // Raft index of the change that last set this node
 
-	// Parent is the nearest configured ancestor; Children are the configured
-	// nodes whose nearest configured ancestor is this node.
-	Parent   *Node
-	Children []*Node
+	// Parent is the nearest configured ancestor, as it is in the tree this
+	// node belongs to. (Children are the tree's business: Tree.Children.)
+	Parent *Node
 
 	own *engine.Limit // the node's own limit, or nil
 	eff *engine.Limit // effective limit (SPEC §4 rule 2), or nil
@@ -31,6 +31,7 @@ type Node struct {
 	label    string // metrics label: the first path segment
 	exact    Plan   // a call addressed to this node
 	implicit Plan   // a call addressed to an unconfigured descendant
+	nagg     uint8  // exact's first nagg levels are the aggregates
 }
 
 // Effective returns the node's effective limit, or false if nothing limits
@@ -82,40 +83,87 @@ type Plan struct {
 	Config *Node
 }
 
-// Tree is an immutable, built budget tree.
+// Tree is an immutable budget tree. A change returns a new Tree that shares
+// every part the change did not touch with the old one (see DESIGN.md for
+// the structures and what each change costs); a published Tree is never
+// written again, so readers need no lock.
 type Tree struct {
-	nodes   map[string]*Node
-	paths   []string // sorted
+	idx    *hnode // path → entry
+	paths  *tnode // configured paths, sorted
+	labels *tnode // metrics label → number of nodes that have it
+	// over holds the allocated nodes whose children allocate more than
+	// their total: the only ones an IMPORT's allocation check can refuse or
+	// warn about.
+	over    *tnode
+	n       int
 	version uint64
+	// derived counts the nodes derived to make this version from the one it
+	// was changed from (tests hold it to the size of the change).
+	derived int
+}
+
+// entry is what the tree keeps for one configured path: the node, and what
+// depends on the node's children rather than on its ancestors.
+type entry struct {
+	node *Node
+	kids *tnode // the paths of the node's children, sorted
+	// alloc sums the sustained rates of the children with a limit, one sum
+	// per window (a tree has few), in 128 bits; Tree.allocated turns them
+	// into the node's allocated rate. Replaced, never written, on a change.
+	alloc []rateSum
+}
+
+// rateSum is the sum of the sustained rates of some children that share a
+// window: hi·2⁶⁴ + lo tokens per window.
+type rateSum struct {
+	window time.Duration
+	hi, lo uint64
 }
 
 // Empty is the tree with no nodes.
-var Empty = mustBuild(nil, 0)
-
-func mustBuild(nodes map[string]*Node, version uint64) *Tree {
-	t, err := build(nodes, version)
-	if err != nil {
-		panic(err)
-	}
-	return t
-}
+var Empty = &Tree{}
 
 // Len returns the number of configured nodes.
-func (t *Tree) Len() int { return len(t.paths) }
+func (t *Tree) Len() int { return t.n }
 
 // Version returns the Raft index of the last change to the tree.
 func (t *Tree) Version() uint64 { return t.version }
 
+func (t *Tree) entry(path string) *entry { return find(t.idx, hashString(path), path) }
+
 // Get returns the configured node at path, or nil.
-func (t *Tree) Get(path string) *Node { return t.nodes[path] }
+func (t *Tree) Get(path string) *Node {
+	if e := t.entry(path); e != nil {
+		return e.node
+	}
+	return nil
+}
+
+// Children returns n's children (the configured nodes whose nearest
+// configured ancestor is n), sorted by path.
+func (t *Tree) Children(n *Node) []*Node {
+	e := t.entry(n.Path)
+	if e == nil {
+		return nil
+	}
+	var out []*Node
+	e.kids.ascend("", func(k *tnode) bool {
+		out = append(out, t.Get(k.key))
+		return true
+	})
+	return out
+}
 
 // Paths returns the configured paths with the given prefix, sorted.
 func (t *Tree) Paths(prefix string) []string {
-	i := sort.SearchStrings(t.paths, prefix)
 	var out []string
-	for ; i < len(t.paths) && strings.HasPrefix(t.paths[i], prefix); i++ {
-		out = append(out, t.paths[i])
-	}
+	t.paths.ascend(prefix, func(k *tnode) bool {
+		if !strings.HasPrefix(k.key, prefix) {
+			return false
+		}
+		out = append(out, k.key)
+		return true
+	})
 	return out
 }
 
@@ -126,13 +174,13 @@ func (t *Tree) Resolve(path []byte) (p *Plan, implicit bool, ok bool) {
 	if !checkPath(path) {
 		return nil, false, false
 	}
-	if n := t.nodes[string(path)]; n != nil {
-		return &n.exact, false, true
+	if e := find(t.idx, maphash.Bytes(hashSeed, path), path); e != nil {
+		return &e.node.exact, false, true
 	}
 	for i := len(path) - 1; i > 0; i-- {
 		if path[i] == '/' {
-			if a := t.nodes[string(path[:i])]; a != nil {
-				return &a.implicit, true, true
+			if e := find(t.idx, maphash.Bytes(hashSeed, path[:i]), path[:i]); e != nil {
+				return &e.node.implicit, true, true
 			}
 		}
 	}
@@ -141,47 +189,6 @@ func (t *Tree) Resolve(path []byte) (p *Plan, implicit bool, ok bool) {
 
 // aggSuffix marks aggregate bucket keys; paths cannot contain it.
 const aggSuffix = "\x01"
-
-// build derives parents, children, effective limits, aggregates and plans.
-func build(nodes map[string]*Node, version uint64) (*Tree, error) {
-	t := &Tree{nodes: make(map[string]*Node, len(nodes)), version: version}
-	for p, n := range nodes {
-		c := *n
-		c.Path, c.Parent, c.Children = p, nil, nil
-		t.nodes[p] = &c
-		t.paths = append(t.paths, p)
-	}
-	sort.Strings(t.paths)
-	// Parents, and processing order: ancestors before descendants.
-	order := make([]*Node, 0, len(t.paths))
-	for _, p := range t.paths {
-		n := t.nodes[p]
-		for i := strings.LastIndexByte(p, '/'); i > 0; i = strings.LastIndexByte(p[:i], '/') {
-			if a := t.nodes[p[:i]]; a != nil {
-				n.Parent = a
-				a.Children = append(a.Children, n)
-				break
-			}
-		}
-		n.label = p
-		if i := strings.IndexByte(p, '/'); i >= 0 {
-			n.label = p[:i]
-		}
-		order = append(order, n)
-	}
-	sort.SliceStable(order, func(i, j int) bool { return depth(order[i].Path) < depth(order[j].Path) })
-	for _, n := range order {
-		if err := n.derive(); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range order {
-		n.plans()
-	}
-	return t, nil
-}
-
-func depth(p string) int { return strings.Count(p, "/") }
 
 // derive computes own, effective and aggregate limits; the parent's are
 // already known.
@@ -246,34 +253,38 @@ func minLimit(a, b *engine.Limit, algo engine.Algo) (engine.Limit, error) {
 
 // aggregates returns the aggregate levels of n's ancestors and of n itself,
 // root first: their buckets, or for an enforcing node with a quota and no
-// rate, its quota alone.
+// rate, its quota alone. The ancestors' come from the parent's plan (its
+// first nagg levels), their keys shared rather than built again.
 func (n *Node) aggregates() []Level {
-	var chain []*Node
-	for a := n; a != nil; a = a.Parent {
-		chain = append(chain, a)
-	}
 	var out []Level
-	for i := len(chain) - 1; i >= 0; i-- {
-		a := chain[i]
-		switch {
-		case a.agg != nil:
-			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Limit: a.agg, Node: a})
-		case a.Config.Sharing == Enforce && a.Config.Quota != nil:
-			// An enforcing node with a quota and no rate: its quota still
-			// holds its whole subtree.
-			out = append(out, Level{Key: []byte(a.Path + aggSuffix), Name: []byte(a.Path), Node: a, QuotaOnly: true})
-		}
+	if p := n.Parent; p != nil && p.nagg > 0 {
+		out = make([]Level, p.nagg, int(p.nagg)+2)
+		copy(out, p.exact.Levels[:p.nagg])
+		out[len(out)-1].Own = false // the parent's aggregate may be its own bucket too
 	}
+	switch {
+	case n.agg != nil:
+		out = append(out, Level{Key: []byte(n.Path + aggSuffix), Name: []byte(n.Path), Limit: n.agg, Node: n})
+	case n.Config.Sharing == Enforce && n.Config.Quota != nil:
+		// An enforcing node with a quota and no rate: its quota still
+		// holds its whole subtree.
+		out = append(out, Level{Key: []byte(n.Path + aggSuffix), Name: []byte(n.Path), Node: n, QuotaOnly: true})
+	default:
+		return out
+	}
+	withQuotas(out[len(out)-1:])
 	return out
 }
 
 func (n *Node) plans() {
 	c := &n.Config
 	aggs := n.aggregates()
+	n.nagg = uint8(len(aggs))
+	implicit := append(make([]Level, 0, len(aggs)+1), aggs...)
 	// Calls addressed to n itself: aggregates, then n's own bucket — unless
 	// n only draws on a shared parent's pool, or the own bucket would be the
 	// aggregate again (same key space, same limit).
-	exact := append([]Level(nil), aggs...)
+	exact := aggs
 	poolOnly := n.Parent != nil && n.Parent.Config.Mode == Shared && !c.HasLimit
 	ownKeyed := c.Scope == Tenant || c.Scope == Global
 	switch {
@@ -287,6 +298,7 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		exact = append(exact, own)
+		withQuotas(exact[len(exact)-1:])
 	case c.Quota != nil:
 		// No bucket of its own, but a quota: counted per call like one.
 		own := Level{Node: n, Own: true, QuotaOnly: true}
@@ -294,12 +306,12 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		exact = append(exact, own)
+		withQuotas(exact[len(exact)-1:])
 	}
-	n.exact = Plan{Config: n, Levels: withQuotas(exact)}
+	n.exact = Plan{Config: n, Levels: exact}
 	// Calls to unconfigured descendants: the aggregates, plus an own bucket
 	// with n's effective limit when n shares its limit with children and is
 	// not a pool they draw on; an implicit child has n's quota as its own.
-	implicit := append([]Level(nil), aggs...)
 	if c.Sharing != Private && (n.eff != nil && c.Mode != Shared || c.Quota != nil) {
 		own := Level{Limit: n.eff, Node: n, Own: true, QuotaOnly: n.eff == nil || c.Mode == Shared}
 		if own.QuotaOnly {
@@ -309,12 +321,13 @@ func (n *Node) plans() {
 			own.Key, own.Name = []byte(n.Path), []byte(n.Path)
 		}
 		implicit = append(implicit, own)
+		withQuotas(implicit[len(implicit)-1:])
 	}
-	n.implicit = Plan{Config: n, Levels: withQuotas(implicit)}
+	n.implicit = Plan{Config: n, Levels: implicit}
 }
 
 // withQuotas attaches to each level the quota of the node that governs it.
-func withQuotas(levels []Level) []Level {
+func withQuotas(levels []Level) {
 	for i := range levels {
 		lv := &levels[i]
 		if lv.Quota = lv.Node.Config.Quota; lv.Quota != nil && lv.Key != nil {
@@ -322,137 +335,53 @@ func withQuotas(levels []Level) []Level {
 			lv.QuotaName = []byte(quotaNamePfx + string(lv.Name))
 		}
 	}
-	return levels
-}
-
-// --- changes ----------------------------------------------------------------
-
-// Change is the outcome of a tree change: the new tree and, when the change
-// is accepted but overcommits an allocated parent, a warning.
-type Change struct {
-	Tree *Tree
-	Warn string
-}
-
-func (t *Tree) clone() map[string]*Node {
-	m := make(map[string]*Node, len(t.nodes)+1)
-	for p, n := range t.nodes {
-		m[p] = &Node{Config: n.Config, Version: n.Version}
-	}
-	return m
-}
-
-// Set returns the tree with path configured as cfg at Raft index version.
-func (t *Tree) Set(path string, cfg Config, version uint64) (Change, error) {
-	if err := ValidPath(path); err != nil {
-		return Change{}, err
-	}
-	m := t.clone()
-	m[path] = &Node{Config: cfg, Version: version}
-	nt, err := build(m, version)
-	if err != nil {
-		return Change{}, errf("%v", err)
-	}
-	n := nt.nodes[path]
-	var warns []string
-	for _, a := range []*Node{n.Parent, n} {
-		if a == nil || a.Config.Mode != Allocated {
-			continue
-		}
-		w, err := a.checkAllocation()
-		if err != nil {
-			return Change{}, err
-		}
-		if w != "" {
-			warns = append(warns, w)
-		}
-	}
-	return Change{Tree: nt, Warn: strings.Join(warns, "; ")}, nil
-}
-
-// Del returns the tree without path (and, with recursive, its descendants).
-// removed is how many nodes went; 0 leaves the tree as it is.
-func (t *Tree) Del(path string, recursive bool, version uint64) (nt *Tree, removed int, err error) {
-	n := t.nodes[path]
-	if n == nil {
-		return t, 0, nil
-	}
-	m := t.clone()
-	prefix := path + "/"
-	for p := range m {
-		if p == path || strings.HasPrefix(p, prefix) {
-			if p != path && !recursive {
-				return nil, 0, budgetErr("budget '%s' has children: use RL.BUDGET DEL %s RECURSIVE", printable([]byte(path)), printable([]byte(path)))
-			}
-			delete(m, p)
-			removed++
-		}
-	}
-	nt, err = build(m, version)
-	return nt, removed, err
-}
-
-// Import returns the tree with every node of nodes set (replacing the whole
-// tree with replace), validated as a whole.
-func (t *Tree) Import(nodes map[string]Config, replace bool, version uint64) (Change, error) {
-	m := map[string]*Node{}
-	if !replace {
-		m = t.clone()
-	}
-	for p, c := range nodes {
-		if err := ValidPath(p); err != nil {
-			return Change{}, err
-		}
-		m[p] = &Node{Config: c, Version: version}
-	}
-	nt, err := build(m, version)
-	if err != nil {
-		return Change{}, errf("%v", err)
-	}
-	var warns []string
-	for _, p := range nt.paths {
-		if n := nt.nodes[p]; n.Config.Mode == Allocated {
-			w, err := n.checkAllocation()
-			if err != nil {
-				return Change{}, &Error{Code: "BUDGET", Msg: p + ": " + err.(*Error).Msg}
-			}
-			if w != "" {
-				warns = append(warns, p+": "+w)
-			}
-		}
-	}
-	return Change{Tree: nt, Warn: strings.Join(warns, "; ")}, nil
 }
 
 // Allocated returns the sum of n's children's sustained rates normalised to
 // n's window, as a decimal string.
-func (n *Node) Allocated() string { return ratString(n.allocated()) }
+func (t *Tree) Allocated(n *Node) string { return ratString(t.allocated(n)) }
 
-func (n *Node) allocated() *big.Rat {
+func (t *Tree) allocated(n *Node) *big.Rat {
 	sum := new(big.Rat)
-	for _, c := range n.Children {
-		if c.Config.HasLimit {
-			num := new(big.Int).Mul(big.NewInt(c.Config.Rate), big.NewInt(int64(n.Config.Window)))
-			sum.Add(sum, new(big.Rat).SetFrac(num, big.NewInt(int64(c.Config.Window))))
-		}
+	e := t.entry(n.Path)
+	if e == nil {
+		return sum
+	}
+	for _, r := range e.alloc {
+		num := new(big.Int).Lsh(new(big.Int).SetUint64(r.hi), 64)
+		num.Or(num, new(big.Int).SetUint64(r.lo))
+		num.Mul(num, big.NewInt(int64(n.Config.Window)))
+		sum.Add(sum, new(big.Rat).SetFrac(num, big.NewInt(int64(r.window))))
 	}
 	return sum
 }
 
+// overAllocated reports whether n is an allocated node whose children
+// allocate more than its total (then checkAllocation warns or refuses).
+func (t *Tree) overAllocated(n *Node) bool {
+	return n.Config.Mode == Allocated && t.allocated(n).Cmp(new(big.Rat).SetInt64(n.Config.Total)) > 0
+}
+
 // checkAllocation applies SPEC §4 rule 5 to an allocated node: the sum of
-// its children's rates against total × overcommit.
-func (n *Node) checkAllocation() (warn string, err error) {
-	sum := n.allocated()
+// its children's rates against total × overcommit. Only a node in over
+// can fail it or warn.
+func (t *Tree) checkAllocation(n *Node) (warn string, err error) {
+	if tget(t.over, n.Path) == nil {
+		return "", nil
+	}
+	sum := t.allocated(n)
 	total := new(big.Rat).SetInt64(n.Config.Total)
 	limit := new(big.Rat).Mul(total, big.NewRat(n.Config.Overcommit, 1000))
-	w := FormatWindow(n.Config.Window)
-	msg := fmt.Sprintf("children allocate %s/%s, parent total %d/%s × overcommit %s",
-		ratString(sum), w, n.Config.Total, w, ratioString(n.Config.Overcommit))
+	msg := func() string {
+		w := FormatWindow(n.Config.Window)
+		return fmt.Sprintf("children allocate %s/%s, parent total %d/%s × overcommit %s",
+			ratString(sum), w, n.Config.Total, w, ratioString(n.Config.Overcommit))
+	}
 	switch {
 	case sum.Cmp(limit) > 0:
-		return "", budgetErr("%s", msg)
+		return "", budgetErr("%s", msg())
 	case sum.Cmp(total) > 0:
-		return "overcommitted: " + msg, nil
+		return "overcommitted: " + msg(), nil
 	}
 	return "", nil
 }
@@ -477,10 +406,8 @@ func ratioString(permille int64) string {
 
 // Export is the JSON of the whole tree: {"version": n, "budgets": {path: config}}.
 func (t *Tree) Export() []byte {
-	m := make(map[string]Config, len(t.nodes))
-	for p, n := range t.nodes {
-		m[p] = n.Config
-	}
+	m := make(map[string]Config, t.n)
+	t.idx.each(func(e *entry) { m[e.node.Path] = e.node.Config })
 	b, _ := json.Marshal(struct {
 		Version uint64            `json:"version"`
 		Budgets map[string]Config `json:"budgets"`
@@ -533,11 +460,14 @@ func (t *Tree) NodeJSON(n *Node) []byte {
 		out.Effective = &eff{Rate: n.eff.Rate, Window: FormatWindow(time.Duration(n.eff.Window)), Burst: n.eff.Burst}
 	}
 	if n.Config.Mode == Allocated {
-		a := n.Allocated()
+		a := t.Allocated(n)
 		out.Allocated = &a
 	}
-	for _, c := range n.Children {
-		out.Children = append(out.Children, c.Path)
+	if e := t.entry(n.Path); e != nil {
+		e.kids.ascend("", func(k *tnode) bool {
+			out.Children = append(out.Children, k.key)
+			return true
+		})
 	}
 	b, _ := json.Marshal(out)
 	return b
@@ -552,26 +482,9 @@ type Versioned struct {
 
 // Versioned returns every node's config and version.
 func (t *Tree) Versioned() map[string]Versioned {
-	out := make(map[string]Versioned, len(t.nodes))
-	for p, n := range t.nodes {
-		out[p] = Versioned{Config: n.Config, Version: n.Version}
-	}
+	out := make(map[string]Versioned, t.n)
+	t.idx.each(func(e *entry) { out[e.node.Path] = Versioned{Config: e.node.Config, Version: e.node.Version} })
 	return out
-}
-
-// FromVersioned rebuilds a tree from Versioned nodes (a snapshot).
-func FromVersioned(nodes map[string]Versioned, version uint64) (*Tree, error) {
-	m := make(map[string]*Node, len(nodes))
-	for p, v := range nodes {
-		if err := ValidPath(p); err != nil {
-			return nil, err
-		}
-		if err := v.Config.Validate(); err != nil {
-			return nil, err
-		}
-		m[p] = &Node{Config: v.Config, Version: v.Version}
-	}
-	return build(m, version)
 }
 
 // UnmarshalJSON reads the form MarshalJSON writes.
@@ -584,15 +497,24 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Labels returns the distinct metrics labels of the tree's nodes.
+// Labels returns the distinct metrics labels of the tree's nodes, in the
+// order of their first paths.
 func (t *Tree) Labels() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range t.paths {
-		if l := t.nodes[p].label; !seen[l] {
-			seen[l] = true
-			out = append(out, l)
+	type label struct{ name, first string }
+	var ls []label
+	t.labels.ascend("", func(l *tnode) bool {
+		first := l.key
+		if t.entry(first) == nil {
+			// The label's paths all start with it and a slash.
+			first, _ = t.paths.ceil(l.key + "/")
 		}
+		ls = append(ls, label{l.key, first})
+		return true
+	})
+	sort.Slice(ls, func(i, j int) bool { return ls[i].first < ls[j].first })
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.name)
 	}
 	return out
 }
