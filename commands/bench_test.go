@@ -9,10 +9,19 @@ import (
 // BenchmarkExecAcquire runs RL.ACQUIRE through the whole command path
 // (lookup, arity, permission, parsing, engine, reply, metrics) into an
 // in-memory connection.
-func BenchmarkExecAcquire(b *testing.B) {
+func BenchmarkExecAcquire(b *testing.B) { benchExecAcquire(b, false) }
+
+// BenchmarkExecAcquireRESP3 is the same on a connection that sent HELLO 3.
+func BenchmarkExecAcquireRESP3(b *testing.B) { benchExecAcquire(b, true) }
+
+func benchExecAcquire(b *testing.B, resp3 bool) {
 	env := testEnv(b)
 	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
 	c := NewCapture()
+	if resp3 {
+		env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
+		c.Reset()
+	}
 	keys := make([][]byte, 1024)
 	for i := range keys {
 		keys[i] = []byte("key:" + strconv.Itoa(i))
@@ -29,13 +38,22 @@ func BenchmarkExecAcquire(b *testing.B) {
 	}
 }
 
-func BenchmarkExecBudgetAcquire(b *testing.B) {
+func BenchmarkExecBudgetAcquire(b *testing.B) { benchExecBudgetAcquire(b, false) }
+
+// BenchmarkExecBudgetAcquireRESP3 is the same on a connection that sent HELLO 3.
+func BenchmarkExecBudgetAcquireRESP3(b *testing.B) { benchExecBudgetAcquire(b, true) }
+
+func benchExecBudgetAcquire(b *testing.B, resp3 bool) {
 	env := testEnv(b)
 	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce")
 	env.Run("RL.BUDGET", "SET", "system/p", "RATE", "10000000", "SHARING", "enforce")
 	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SHARING", "enforce", "SCOPE", "user")
 	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
 	c := NewCapture()
+	if resp3 {
+		env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
+		c.Reset()
+	}
 	args := [][]byte{[]byte("RL.ACQUIRE"), []byte("system/p/t/api"), []byte("KEY"), []byte("user-1")}
 	env.Exec(c, s, args)
 	if got := string(c.Bytes()); got[:4] != "*6\r\n" {

@@ -29,7 +29,7 @@ func budgetCmd(ctx *Ctx) {
 		if n := tree.Get(string(a[2])); n != nil {
 			ctx.Conn.WriteBulk(tree.NodeJSON(n))
 		} else {
-			ctx.Conn.WriteNull()
+			ctx.WriteNull()
 		}
 	case eq(sub, "LIST") && len(a) <= 3:
 		st, ok := ctx.readState(false)

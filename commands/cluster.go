@@ -64,7 +64,7 @@ func (ctx *Ctx) forward() {
 		ctx.Conn.WriteError(err.Error())
 		return
 	}
-	ctx.Conn.WriteRaw(raw)
+	ctx.writeRelayed(raw)
 }
 
 func clusterCmd(ctx *Ctx) {
@@ -85,7 +85,7 @@ func clusterCmd(ctx *Ctx) {
 			"sync_interval_ms", strconv.FormatInt(ctx.Env.SyncInterval.Milliseconds(), 10),
 			"sync_lag_ms", strconv.FormatInt(lagMs(ctx.Env.SyncLag()), 10),
 		}
-		ctx.Conn.WriteArray(len(pairs))
+		ctx.WriteMap(len(pairs) / 2)
 		for _, p := range pairs {
 			ctx.Conn.WriteBulkString(p)
 		}

@@ -11,11 +11,11 @@ func connCommands() []*Command {
 		{Name: "PING", Arity: -1, Flags: FlagFast, Handler: pingCmd, Summary: "Ping the server.", Syntax: "[message]"},
 		{Name: "ECHO", Arity: 2, Flags: FlagFast, Handler: echoCmd, Summary: "Return the given string.", Syntax: "message"},
 		{Name: "HELLO", Arity: -1, Flags: FlagNoAuth | FlagFast, Handler: helloCmd,
-			Summary: "Handshake: protocol 2 only (3 is refused with NOPROTO so clients fall back).",
+			Summary: "Handshake: choose RESP2 or RESP3, optionally authenticate and name the connection.",
 			Syntax:  "[protover [AUTH username password] [SETNAME clientname]]"},
 		{Name: "AUTH", Arity: -2, Flags: FlagNoAuth | FlagFast, Handler: authCmd, Summary: "Authenticate the connection.", Syntax: "[username] password"},
 		{Name: "CLIENT", Arity: -2, Flags: 0, Handler: clientCmd, Summary: "Connection management.",
-			Syntax: "SETNAME name | GETNAME | ID | SETINFO attr value | INFO | LIST | KILL …"},
+			Syntax: "SETNAME name | GETNAME | ID | SETINFO attr value | INFO | LIST | KILL filter [filter ...] | TRACKING ON|OFF [OPTIN] | CACHING YES|NO | TRACKINGINFO | GETREDIRECT | HELP"},
 		{Name: "SELECT", Arity: 2, Flags: FlagFast, Handler: selectCmd, Summary: "Select database 0 (the only one).", Syntax: "index"},
 		{Name: "QUIT", Arity: -1, Flags: FlagNoAuth | FlagFast, Handler: quitCmd, Summary: "Close the connection.", Syntax: ""},
 		{Name: "RESET", Arity: 1, Flags: FlagNoAuth | FlagFast, Handler: resetConnCmd, Summary: "Reset the connection's state.", Syntax: ""},
@@ -37,19 +37,22 @@ func echoCmd(ctx *Ctx) { ctx.Conn.WriteBulk(ctx.Args[1]) }
 
 func helloCmd(ctx *Ctx) {
 	a := ctx.Args
+	proto := int64(ctx.S.Proto())
 	if len(a) >= 2 {
 		v, ok := parseInt(a[1])
 		if !ok {
 			ctx.Conn.WriteError("ERR Protocol version is not an integer or out of range")
 			return
 		}
-		if v != 2 {
+		if v != 2 && v != 3 {
 			ctx.Conn.WriteError("NOPROTO sorry, this protocol version is not supported")
 			return
 		}
+		proto = v
 	}
-	// Options are checked first, AUTH applied next, and SETNAME only once
-	// the connection is authenticated: a refused HELLO changes nothing.
+	// Options are checked first, AUTH applied next, and SETNAME and the
+	// protocol only once the connection is authenticated: a refused HELLO
+	// changes nothing.
 	var name []byte
 	for i := 2; i < len(a); i++ {
 		switch {
@@ -78,14 +81,15 @@ func helloCmd(ctx *Ctx) {
 	if name != nil && !ctx.setName(name) {
 		return
 	}
+	ctx.S.setProto(proto)
 	c := ctx.Conn
-	c.WriteArray(14)
+	ctx.WriteMap(7)
 	c.WriteBulkString("server")
 	c.WriteBulkString("sluice")
 	c.WriteBulkString("version")
 	c.WriteBulkString(ctx.Env.Version)
 	c.WriteBulkString("proto")
-	c.WriteInt(2)
+	c.WriteInt64(proto)
 	c.WriteBulkString("id")
 	c.WriteInt64(ctx.S.ID)
 	c.WriteBulkString("mode")
@@ -158,7 +162,7 @@ func clientCmd(ctx *Ctx) {
 		name := ctx.S.name
 		ctx.S.mu.Unlock()
 		if name == "" {
-			ctx.Conn.WriteNull()
+			ctx.WriteNull()
 		} else {
 			ctx.Conn.WriteBulkString(name)
 		}
@@ -184,7 +188,7 @@ func clientCmd(ctx *Ctx) {
 		ctx.S.mu.Unlock()
 		ctx.Conn.WriteString(okReply)
 	case eq(sub, "INFO") && len(a) == 2:
-		ctx.Conn.WriteBulkString(ctx.S.Line(time.Now()) + "\n")
+		ctx.WriteVerbatim(ctx.S.Line(time.Now()) + "\n")
 	case eq(sub, "LIST"):
 		if ok, e := adminOnly(ctx); !ok {
 			ctx.Conn.WriteError(e)
@@ -195,7 +199,7 @@ func clientCmd(ctx *Ctx) {
 			b.WriteString(s.Line(time.Now()))
 			b.WriteByte('\n')
 		}
-		ctx.Conn.WriteBulkString(b.String())
+		ctx.WriteVerbatim(b.String())
 	case eq(sub, "KILL") && len(a) >= 3:
 		if ok, e := adminOnly(ctx); !ok {
 			ctx.Conn.WriteError(e)
@@ -204,10 +208,25 @@ func clientCmd(ctx *Ctx) {
 		clientKill(ctx)
 	case eq(sub, "NO-EVICT") || eq(sub, "NO-TOUCH") || eq(sub, "REPLY") && len(a) == 3 && eq(a[2], "ON"):
 		ctx.Conn.WriteString(okReply)
+	case eq(sub, "TRACKING") && len(a) >= 3:
+		clientTracking(ctx)
+	case eq(sub, "CACHING") && len(a) == 3:
+		clientCaching(ctx)
+	case eq(sub, "TRACKINGINFO") && len(a) == 2:
+		trackingInfo(ctx)
+	case eq(sub, "GETREDIRECT") && len(a) == 2:
+		switch r := ctx.S.redirect.Load(); {
+		case !ctx.S.tracking.Load():
+			ctx.Conn.WriteInt(-1)
+		default:
+			ctx.Conn.WriteInt64(r)
+		}
 	case eq(sub, "HELP"):
 		lines := []string{"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
 			"GETNAME", "SETNAME <name>", "ID", "INFO", "LIST", "KILL <ip:port> | ID <id> | ADDR <ip:port> | LADDR <ip:port> | USER <user> | SKIPME yes|no",
-			"SETINFO LIB-NAME|LIB-VER <value>", "HELP"}
+			"SETINFO LIB-NAME|LIB-VER <value>",
+			"TRACKING ON OPTIN [NOLOOP] [REDIRECT <id>] | TRACKING OFF (accepted: no reply is cacheable, so none is ever invalidated)",
+			"CACHING YES|NO", "TRACKINGINFO", "GETREDIRECT", "HELP"}
 		ctx.Conn.WriteArray(len(lines))
 		for _, l := range lines {
 			ctx.Conn.WriteString(l)
@@ -309,6 +328,10 @@ func quitCmd(ctx *Ctx) {
 
 func resetConnCmd(ctx *Ctx) {
 	s := ctx.S
+	s.endTx()
+	s.setProto(2)
+	s.tracking.Store(false)
+	s.redirect.Store(0)
 	s.mu.Lock()
 	s.name, s.user = "", "default"
 	if ctx.Env.Auth.Required() {

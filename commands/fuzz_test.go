@@ -70,6 +70,14 @@ func FuzzCommands(f *testing.F) {
 		"RL.BUDGET\x00IMPORT\x00{\"budgets\":{\"x\":{\"scope\":\"user\"}}}\x00REPLACE",
 		"RL.BUDGET\x00DEL\x00a\x00RECURSIVE",
 		"RL.CLUSTER\x00NODES",
+		"HELLO\x003",
+		"MULTI",
+		"EXEC",
+		"SCAN\x000\x00MATCH\x00[a-*\\\x00COUNT\x005\x00TYPE\x00gcra",
+		"CLIENT\x00TRACKING\x00ON\x00OPTIN\x00REDIRECT\x001",
+		"CLIENT\x00CACHING\x00YES",
+		"PTTL\x00k",
+		"ACL\x00LIST",
 	} {
 		f.Add([]byte(seed))
 	}

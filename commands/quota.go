@@ -97,7 +97,7 @@ func quotaCmd(ctx *Ctx) {
 			Used: ctx.Env.Store.QuotaUsed(&r)}
 	}
 	c := ctx.Conn
-	c.WriteArray(14)
+	ctx.WriteMap(7)
 	c.WriteBulkString("level")
 	c.WriteBulk(st.Level)
 	c.WriteBulkString("limit")

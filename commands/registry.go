@@ -26,6 +26,9 @@ const (
 	FlagReadOnly
 	// FlagFast commands answer in constant time.
 	FlagFast
+	// FlagTx commands control a transaction (MULTI, EXEC, DISCARD, WATCH):
+	// they run at once inside MULTI rather than being queued.
+	FlagTx
 )
 
 // Command is one entry of the registry.
@@ -81,7 +84,7 @@ type Registry struct {
 // NewRegistry returns a registry holding every sluice command.
 func NewRegistry() *Registry {
 	r := &Registry{byName: map[string]*Command{}}
-	for _, group := range [][]*Command{connCommands(), serverCommands(), limitCommands(), budgetCommands(), clusterCommands(), syncCommands(), quotaCommands()} {
+	for _, group := range [][]*Command{connCommands(), multiCommands(), serverCommands(), keyCommands(), aclCommands(), limitCommands(), budgetCommands(), clusterCommands(), syncCommands(), quotaCommands()} {
 		for _, c := range group {
 			r.add(c)
 		}
@@ -125,7 +128,8 @@ func (c *Command) ArityOK(n int) bool {
 func (c *Command) ID() int { return c.id }
 
 // Exec runs one command for session s: lookup, arity, permission, handler,
-// metrics. Every reply goes to c.
+// metrics. Every reply goes to c. Inside MULTI, a command is checked the
+// same way and queued instead (multi.go).
 func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
 	start := monoNow()
 	cm := s.nameCmd
@@ -136,22 +140,34 @@ func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
 	}
 	if cm == nil {
 		env.Metrics.Unknown()
+		s.flagTx()
 		c.WriteError(UnknownCommand(args[0], args[1:]))
 		return
 	}
 	if !cm.ArityOK(len(args)) {
+		s.flagTx()
 		c.WriteError(WrongArity(cm.Name))
 		return
 	}
 	if ok, e := s.Allowed(cm); !ok {
+		s.flagTx()
 		c.WriteError(e)
 		return
 	}
+	if (s.tx.on || s.caching) && env.intercept(c, s, cm, args) {
+		return
+	}
+	env.run(c, s, cm, args, start)
+}
+
+// run executes a checked command: handler, metrics, the session's record.
+func (env *Env) run(c redcon.Conn, s *Session, cm *Command, args [][]byte, start int64) {
 	ctx := s.Ctx(c, args, env, cm)
 	ctx.now = start
+	s.lastCmd.Store(cm) // CLIENT INFO's cmd: the command running, as in Redis
 	cm.Handler(ctx)
 	env.Metrics.Command(cm, float64(monoNow()-start)/1e9)
-	s.Touch(cm, start)
+	s.lastActive.Store(start)
 }
 
 // The hot path's clock: the wall clock at process start plus the monotonic

@@ -1,9 +1,9 @@
 package commands
 
 import (
+	"bytes"
 	"fmt"
 	"os"
-	"path"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -12,11 +12,11 @@ import (
 
 func serverCommands() []*Command {
 	return []*Command{
-		{Name: "COMMAND", Arity: -1, Flags: FlagReadOnly, Handler: commandCmd, Summary: "Describe sluice's commands.", Syntax: "[COUNT | DOCS [name …] | INFO [name …] | LIST]"},
-		{Name: "INFO", Arity: -1, Flags: FlagReadOnly, Handler: infoCmd, Summary: "Server information and statistics.", Syntax: "[section …]"},
+		{Name: "COMMAND", Arity: -1, Flags: FlagReadOnly, Handler: commandCmd, Summary: "Describe sluice's commands.", Syntax: "[COUNT | DOCS [name [name ...]] | INFO [name [name ...]] | LIST | HELP]"},
+		{Name: "INFO", Arity: -1, Flags: FlagReadOnly, Handler: infoCmd, Summary: "Server information and statistics.", Syntax: "[section [section ...]]"},
 		{Name: "DBSIZE", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: dbsizeCmd, Summary: "Number of live buckets.", Syntax: ""},
 		{Name: "TIME", Arity: 1, Flags: FlagReadOnly | FlagFast, Handler: timeCmd, Summary: "The server's clock.", Syntax: ""},
-		{Name: "CONFIG", Arity: -2, Flags: FlagAdmin, Handler: configCmd, Summary: "Read the server's settings.", Syntax: "GET pattern [pattern …]"},
+		{Name: "CONFIG", Arity: -2, Flags: FlagAdmin, Handler: configCmd, Summary: "Read the server's settings.", Syntax: "GET pattern [pattern ...]"},
 		{Name: "MEMORY", Arity: -2, Flags: FlagAdmin, Handler: memoryCmd, Summary: "Collect garbage and return freed memory to the OS.", Syntax: "PURGE"},
 	}
 }
@@ -43,14 +43,14 @@ func flagNames(c *Command) []string {
 
 // writeCommandInfo writes one COMMAND INFO entry in Redis 7's ten-field
 // form: name, arity, flags, first key, last key, step, ACL categories, tips,
-// key specs, subcommands.
+// key specs, subcommands. Flags and categories are sets in RESP3.
 func writeCommandInfo(ctx *Ctx, c *Command) {
 	w := ctx.Conn
 	w.WriteArray(10)
 	w.WriteBulkString(lower(c.Name))
 	w.WriteInt(c.Arity)
 	flags := flagNames(c)
-	w.WriteArray(len(flags))
+	ctx.WriteSet(len(flags))
 	for _, f := range flags {
 		w.WriteString(f)
 	}
@@ -61,32 +61,51 @@ func writeCommandInfo(ctx *Ctx, c *Command) {
 	} else {
 		w.WriteInt(0)
 	}
-	w.WriteArray(0)
+	ctx.WriteSet(0)
 	w.WriteArray(0)
 	w.WriteArray(0)
 	w.WriteArray(0)
 }
 
-// writeCommandDocs writes one COMMAND DOCS entry: a flat map with summary,
-// since, group and complexity, which is what redis-cli reads for hints.
+// commandGroup is the group COMMAND DOCS reports.
+func commandGroup(c *Command) string {
+	switch {
+	case strings.HasPrefix(c.Name, "RL.") || strings.HasPrefix(c.Name, "CL."):
+		return "module"
+	case c.Flags&FlagTx != 0 || c.Name == "UNWATCH":
+		return "transactions"
+	case c.Name == "SCAN" || c.Name == "TYPE" || c.Name == "TTL" || c.Name == "PTTL":
+		return "generic"
+	case c.Flags&FlagAdmin != 0 || c.Name == "INFO" || c.Name == "COMMAND" || c.Name == "DBSIZE" || c.Name == "TIME" || c.Name == "ACL":
+		return "server"
+	}
+	return "connection"
+}
+
+// writeCommandDocs writes one COMMAND DOCS entry: the name, then a map of
+// summary, since, group, complexity and (when it takes any) arguments,
+// from which redis-cli builds its hints.
 func writeCommandDocs(ctx *Ctx, c *Command) {
 	w := ctx.Conn
 	w.WriteBulkString(lower(c.Name))
-	w.WriteArray(8)
+	args := c.Args()
+	n := 4
+	if len(args) > 0 {
+		n++
+	}
+	ctx.WriteMap(n)
 	w.WriteBulkString("summary")
-	w.WriteBulkString(c.Summary + " Syntax: " + c.Name + " " + c.Syntax)
+	w.WriteBulkString(c.Summary)
 	w.WriteBulkString("since")
 	w.WriteBulkString("0.1.0")
 	w.WriteBulkString("group")
-	group := "connection"
-	if strings.HasPrefix(c.Name, "RL.") || strings.HasPrefix(c.Name, "CL.") {
-		group = "module"
-	} else if c.Flags&FlagAdmin != 0 || c.Name == "INFO" || c.Name == "COMMAND" || c.Name == "DBSIZE" || c.Name == "TIME" {
-		group = "server"
-	}
-	w.WriteBulkString(group)
+	w.WriteBulkString(commandGroup(c))
 	w.WriteBulkString("complexity")
 	w.WriteBulkString("O(1)")
+	if len(args) > 0 {
+		w.WriteBulkString("arguments")
+		writeArgs(ctx, args)
+	}
 }
 
 func commandCmd(ctx *Ctx) {
@@ -118,7 +137,7 @@ func commandCmd(ctx *Ctx) {
 		ctx.Conn.WriteArray(len(cs))
 		for _, c := range cs {
 			if c == nil {
-				ctx.Conn.WriteNull()
+				ctx.WriteNullArray()
 			} else {
 				writeCommandInfo(ctx, c)
 			}
@@ -130,7 +149,7 @@ func commandCmd(ctx *Ctx) {
 				cs = append(cs, c)
 			}
 		}
-		ctx.Conn.WriteArray(2 * len(cs))
+		ctx.WriteMap(len(cs))
 		for _, c := range cs {
 			writeCommandDocs(ctx, c)
 		}
@@ -182,22 +201,23 @@ func configCmd(ctx *Ctx) {
 	var out []Setting
 	for _, s := range ctx.Env.Settings() {
 		for _, p := range a[2:] {
-			if ok, _ := path.Match(strings.ToLower(string(p)), s.Name); ok {
+			if globMatch(bytes.ToLower(p), []byte(s.Name)) {
 				out = append(out, s)
 				break
 			}
 		}
 	}
-	ctx.Conn.WriteArray(2 * len(out))
+	ctx.WriteMap(len(out))
 	for _, s := range out {
 		ctx.Conn.WriteBulkString(s.Name)
 		ctx.Conn.WriteBulkString(s.Value)
 	}
 }
 
-// InfoSections are INFO's sections in order; "buckets" stands where Redis
-// has "keyspace".
-var InfoSections = []string{"server", "clients", "stats", "memory", "buckets", "raft"}
+// InfoSections are INFO's sections in order. "buckets" is sluice's own;
+// "keyspace" says the same in Redis's form (db0:keys=…), which tools such
+// as redis-cli --stat read.
+var InfoSections = []string{"server", "clients", "stats", "memory", "buckets", "keyspace", "raft"}
 
 func infoCmd(ctx *Ctx) {
 	want := map[string]bool{}
@@ -222,7 +242,7 @@ func infoCmd(ctx *Ctx) {
 			b.WriteString(f.Name + ":" + f.Value + "\r\n")
 		}
 	}
-	ctx.Conn.WriteBulkString(b.String())
+	ctx.WriteVerbatim(b.String())
 }
 
 // infoSection returns one INFO section's fields.
@@ -243,7 +263,17 @@ func (env *Env) infoSection(sec string) []InfoField {
 			f("uptime_in_days", int64(up/(24*time.Hour))),
 		}
 	case "clients":
-		return []InfoField{f("connected_clients", env.Clients.Len())}
+		tracking := 0
+		for _, s := range env.Clients.Snapshot() {
+			if s.tracking.Load() {
+				tracking++
+			}
+		}
+		return []InfoField{
+			f("connected_clients", env.Clients.Len()),
+			f("blocked_clients", env.Metrics.Waiting()), // held by WAIT
+			f("tracking_clients", tracking),
+		}
 	case "stats":
 		allowed, denied := env.Metrics.AcquireTotals()
 		full, pressure := env.Store.Evictions()
@@ -270,6 +300,14 @@ func (env *Env) infoSection(sec string) []InfoField {
 			f("buckets", env.Store.Len()),
 			f("max_buckets", env.Store.MaxBuckets()),
 		}
+	case "keyspace":
+		// Every bucket is forgotten once full: each has a time to live
+		// (see TTL), hence expires = keys.
+		n := env.Store.Len()
+		if n == 0 {
+			return []InfoField{}
+		}
+		return []InfoField{f("db0", fmt.Sprintf("keys=%d,expires=%d,avg_ttl=0", n, n))}
 	}
 	if env.Info != nil {
 		return env.Info(sec)

@@ -66,6 +66,26 @@ type Session struct {
 	libVer  string
 	user    string
 	role    Role
+	noLoop  bool // CLIENT TRACKING … NOLOOP
+
+	// resp3 is true after HELLO 3 (reply.go); read by CLIENT LIST from
+	// other connections, hence atomic.
+	resp3 atomic.Bool
+	hdr   []byte // RESP3 headers and verbatim strings are built here
+
+	// FD is the connection's file descriptor (-1 if unknown), and
+	// ReadBuf/ReadPeak the size of its read buffer now and at its
+	// largest, for CLIENT INFO/LIST.
+	FD                int
+	ReadBuf, ReadPeak atomic.Int64
+
+	tx tx // MULTI … EXEC (multi.go)
+	// Client-side caching (CLIENT TRACKING, multi.go): tracking is on, in
+	// OPTIN mode, with invalidations redirected to redirect (0: none);
+	// caching is set by CLIENT CACHING YES for the next command.
+	tracking atomic.Bool
+	redirect atomic.Int64
+	caching  bool
 
 	ctx     Ctx
 	scratch budget.Scratch
@@ -126,15 +146,10 @@ func (s *Session) Name() string {
 // NewSession returns the state of a new connection. kill closes it from
 // another goroutine (CLIENT KILL).
 func NewSession(id int64, addr, local string, role Role, kill func()) *Session {
-	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", role: role}
+	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", role: role, FD: -1}
 	s.lastActive.Store(s.Created.UnixNano())
+	s.tx.queued.Store(-1)
 	return s
-}
-
-// Touch records that the session ran c at now.
-func (s *Session) Touch(c *Command, now int64) {
-	s.lastActive.Store(now)
-	s.lastCmd.Store(c)
 }
 
 // Role returns the session's role.
@@ -191,6 +206,13 @@ func (cs *Clients) Remove(s *Session) {
 	cs.mu.Unlock()
 }
 
+// Get returns the session with id, or nil.
+func (cs *Clients) Get(id int64) *Session {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.byID[id]
+}
+
 // Len returns the number of connected clients.
 func (cs *Clients) Len() int {
 	cs.mu.Lock()
@@ -210,7 +232,12 @@ func (cs *Clients) Snapshot() []*Session {
 	return out
 }
 
-// Line renders a session as a CLIENT LIST line.
+// Line renders a session as a CLIENT LIST line, with Redis's fields in
+// Redis's order, so that client libraries that parse them (redis-py's
+// client_info, go-redis's ClientInfo) find every field they expect.
+// Memory fields are sluice's own measures: arguments are parsed in place
+// in the read buffer (argv-mem 0, rbs the buffer), and replies are
+// written once per pipeline (no output list between passes).
 func (s *Session) Line(now time.Time) string {
 	s.mu.Lock()
 	name, lib, ver, user := s.name, s.libName, s.libVer, s.user
@@ -220,15 +247,31 @@ func (s *Session) Line(now time.Time) string {
 		cmd = lower(c.Name)
 	}
 	idle := now.Sub(time.Unix(0, s.lastActive.Load())) / time.Second
+	multi, multiMem := s.tx.queued.Load(), s.tx.mem.Load()
+	flags := ""
+	if multi >= 0 {
+		flags += "x"
+	}
+	if s.tracking.Load() {
+		flags += "t"
+	}
+	if flags == "" {
+		flags = "N"
+	}
+	redir := s.redirect.Load()
+	if redir == 0 {
+		redir = -1
+	}
+	rbs := s.ReadBuf.Load()
+	i := func(n int64) string { return strconv.FormatInt(n, 10) }
 	var b strings.Builder
-	b.WriteString("id=" + strconv.FormatInt(s.ID, 10))
-	b.WriteString(" addr=" + s.Addr + " laddr=" + s.LocalAddr)
+	b.WriteString("id=" + i(s.ID) + " addr=" + s.Addr + " laddr=" + s.LocalAddr + " fd=" + i(int64(s.FD)))
 	b.WriteString(" name=" + name)
-	b.WriteString(" age=" + strconv.FormatInt(int64(now.Sub(s.Created)/time.Second), 10))
-	b.WriteString(" idle=" + strconv.FormatInt(int64(idle), 10))
-	b.WriteString(" flags=N db=0 sub=0 psub=0 multi=-1")
-	b.WriteString(" user=" + user + " resp=2")
-	b.WriteString(" cmd=" + cmd)
+	b.WriteString(" age=" + i(int64(now.Sub(s.Created)/time.Second)) + " idle=" + i(int64(idle)))
+	b.WriteString(" flags=" + flags + " db=0 sub=0 psub=0 ssub=0 multi=" + i(int64(multi)) + " watch=0")
+	b.WriteString(" qbuf=0 qbuf-free=" + i(rbs) + " argv-mem=0 multi-mem=" + i(multiMem))
+	b.WriteString(" rbs=" + i(rbs) + " rbp=" + i(s.ReadPeak.Load()) + " obl=0 oll=0 omem=0 tot-mem=" + i(rbs+multiMem))
+	b.WriteString(" events=r cmd=" + cmd + " user=" + user + " redir=" + i(redir) + " resp=" + i(int64(s.Proto())))
 	b.WriteString(" lib-name=" + lib + " lib-ver=" + ver)
 	return b.String()
 }

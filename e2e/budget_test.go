@@ -26,12 +26,12 @@ func waitReady(t *testing.T, c *redis.Client) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		pairs, err := c.Do(context.Background(), "RL.CLUSTER", "INFO").StringSlice()
-		if err == nil && len(pairs) > 7 && pairs[7] != "" {
+		inf, err := clusterInfo(c)
+		if err == nil && inf["leader_addr"] != "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no leader within 20s: %v %v", pairs, err)
+			t.Fatalf("no leader within 20s: %v %v", inf, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -14,8 +14,8 @@ import (
 func TestGoRedisDefaultOptions(t *testing.T) {
 	p := single(t)
 	ctx := context.Background()
-	// Default options: go-redis v9 opens with HELLO 3, falls back to RESP2
-	// on NOPROTO, and sends CLIENT SETINFO.
+	// Default options: go-redis v9 opens with HELLO 3 (the connection
+	// speaks RESP3) and sends CLIENT SETINFO.
 	rdb := redis.NewClient(&redis.Options{Addr: p.Resp})
 	defer rdb.Close()
 	res, err := rdb.Do(ctx, "RL.ACQUIRE", "user:1", "RATE", 10, "BURST", 10).Slice()

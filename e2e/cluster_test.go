@@ -29,13 +29,9 @@ func (m *member) start(t *testing.T, peers string) {
 
 func (m *member) info(t *testing.T) map[string]string {
 	t.Helper()
-	pairs, err := m.c.Do(context.Background(), "RL.CLUSTER", "INFO").StringSlice()
+	out, err := clusterInfo(m.c)
 	if err != nil {
 		return nil
-	}
-	out := map[string]string{}
-	for i := 0; i+1 < len(pairs); i += 2 {
-		out[pairs[i]] = pairs[i+1]
 	}
 	return out
 }
@@ -189,4 +185,21 @@ func TestThreeProcessCluster(t *testing.T) {
 			t.Fatalf("%s: acme version %d after restart, want %d", m.id, budgetVersion(t, m.c, "acme"), v)
 		}
 	}
+}
+
+// clusterInfo returns RL.CLUSTER INFO as a map of strings.
+func clusterInfo(c *redis.Client) (map[string]string, error) {
+	v, err := c.Do(context.Background(), "RL.CLUSTER", "INFO").Result()
+	if err != nil {
+		return nil, err
+	}
+	m, err := asMap(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out, nil
 }

@@ -197,13 +197,9 @@ func TestReadyOnlyAfterReplay(t *testing.T) {
 	sawReady := false
 	eventually(t, 60*time.Second, "the restarted node to be ready", func() bool {
 		code := readyz(t, p.HTTP)
-		pairs, err := c2.Do(context.Background(), "RL.CLUSTER", "INFO").StringSlice()
+		inf, err := clusterInfo(c2)
 		if code != http.StatusOK || err != nil {
 			return false
-		}
-		inf := map[string]string{}
-		for i := 0; i+1 < len(pairs); i += 2 {
-			inf[pairs[i]] = pairs[i+1]
 		}
 		applied, _ := strconv.ParseUint(inf["applied_index"], 10, 64)
 		commit, _ := strconv.ParseUint(inf["commit_index"], 10, 64)

@@ -1,5 +1,6 @@
 // Package e2e runs the real sluice binary and drives it over TCP with real
-// clients: go-redis v9 with default options, redis-cli and redis-benchmark.
+// clients, each with its default options: go-redis v9, rueidis, redis-py,
+// ioredis, node-redis, redis-cli and redis-benchmark (matrix_test.go).
 package e2e
 
 import (
@@ -161,4 +162,23 @@ func freePort(t *testing.T) string {
 	}
 	t.Fatal("no free port")
 	return ""
+}
+
+// asMap reads a reply that is a map in RESP3 (go-redis' default) and flat
+// pairs in RESP2, such as RL.QUOTA or RL.CLUSTER INFO.
+func asMap(v any) (map[string]any, error) {
+	out := map[string]any{}
+	switch x := v.(type) {
+	case map[any]any:
+		for k, v := range x {
+			out[fmt.Sprint(k)] = v
+		}
+	case []any:
+		for i := 0; i+1 < len(x); i += 2 {
+			out[fmt.Sprint(x[i])] = x[i+1]
+		}
+	default:
+		return nil, fmt.Errorf("reply %T is neither a map nor pairs", v)
+	}
+	return out, nil
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,17 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// quotaPairs reads RL.QUOTA's flat pairs into a map.
+// quotaPairs reads RL.QUOTA's reply (a map in RESP3) into a map.
 func quotaPairs(c *redis.Client, args ...any) (map[string]any, error) {
-	v, err := c.Do(context.Background(), append([]any{"RL.QUOTA"}, args...)...).Slice()
+	v, err := c.Do(context.Background(), append([]any{"RL.QUOTA"}, args...)...).Result()
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]any{}
-	for i := 0; i+1 < len(v); i += 2 {
-		m[fmt.Sprint(v[i])] = v[i+1]
-	}
-	return m, nil
+	return asMap(v)
 }
 
 func TestQuotasOnTheRealBinaryOutliveARestart(t *testing.T) {

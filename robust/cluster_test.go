@@ -267,15 +267,29 @@ func (c *cluster) startAll() {
 func (n *node) info() map[string]string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	pairs, err := n.client.Do(ctx, "RL.CLUSTER", "INFO").StringSlice()
+	out, _ := clusterInfo(ctx, n.client)
+	return out
+}
+
+// clusterInfo reads RL.CLUSTER INFO: a map in RESP3 (go-redis' default),
+// flat pairs in RESP2.
+func clusterInfo(ctx context.Context, c *redis.Client) (map[string]string, error) {
+	v, err := c.Do(ctx, "RL.CLUSTER", "INFO").Result()
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	out := map[string]string{}
-	for i := 0; i+1 < len(pairs); i += 2 {
-		out[pairs[i]] = pairs[i+1]
+	switch x := v.(type) {
+	case map[any]any:
+		for k, v := range x {
+			out[fmt.Sprint(k)] = fmt.Sprint(v)
+		}
+	case []any:
+		for i := 0; i+1 < len(x); i += 2 {
+			out[fmt.Sprint(x[i])] = fmt.Sprint(x[i+1])
+		}
 	}
-	return out
+	return out, nil
 }
 
 // leader waits until every node names the same leader and returns it.

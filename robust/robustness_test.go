@@ -486,13 +486,11 @@ func (tw *termWatch) run(ctx context.Context) {
 		var m uint64
 		for _, n := range tw.c.nodes {
 			octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			pairs, err := n.client.Do(octx, "RL.CLUSTER", "INFO").StringSlice()
+			inf, err := clusterInfo(octx, n.client)
 			cancel()
-			for i := 0; err == nil && i+1 < len(pairs); i += 2 {
-				if pairs[i] == "term" {
-					v, _ := strconv.ParseUint(pairs[i+1], 10, 64)
-					m = max(m, v)
-				}
+			if err == nil {
+				v, _ := strconv.ParseUint(inf["term"], 10, 64)
+				m = max(m, v)
 			}
 		}
 		now := tw.h.now()

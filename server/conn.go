@@ -95,6 +95,8 @@ func (c *conn) serve() error {
 	c.buf = make([]byte, initialBuffer)
 	c.args = make([][]byte, 0, 16)
 	sess, _ := c.ctx.(*commands.Session)
+	sess.ReadBuf.Store(int64(len(c.buf)))
+	sess.ReadPeak.Store(int64(len(c.buf)))
 	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
 	for {
 		// Run every complete command in the buffer.
@@ -113,6 +115,8 @@ func (c *conn) serve() error {
 				}
 				if c.w == len(c.buf) || need > len(c.buf) {
 					c.buf = append(c.buf, make([]byte, max(need, 2*len(c.buf))-len(c.buf))...)
+					sess.ReadBuf.Store(int64(len(c.buf)))
+					sess.ReadPeak.Store(max(sess.ReadPeak.Load(), int64(len(c.buf))))
 				}
 				break
 			}
@@ -130,6 +134,7 @@ func (c *conn) serve() error {
 			c.r, c.w = 0, 0
 			if len(c.buf) > shrinkAbove {
 				c.buf = make([]byte, initialBuffer)
+				sess.ReadBuf.Store(initialBuffer)
 			}
 		}
 		// One write for everything this pass answered.

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -260,9 +261,29 @@ func (s *Server) accept(c *conn) bool {
 	}
 	nc := c.nc
 	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
+	sess.FD = connFD(nc)
 	s.env.Clients.Add(sess)
 	c.SetContext(sess)
 	return true
+}
+
+// connFD returns the file descriptor under a connection, for CLIENT
+// INFO's fd field, or -1.
+func connFD(nc net.Conn) int {
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := -1
+	raw.Control(func(f uintptr) { fd = int(f) })
+	return fd
 }
 
 // closed forgets a finished connection.

@@ -1,6 +1,8 @@
-// Package resptest is a minimal RESP2 client for tests that need to see
+// Package resptest is a minimal RESP client for tests that need to see
 // replies exactly as the server wrote them: every reply is rendered as one
-// canonical line — +simple, -error, 42, "bulk", nil, [a b c].
+// canonical line — +simple, -error, 42, "bulk", nil, [a b c], and for
+// RESP3 {k v k v} (map), ~[a b] (set), _ (null), ,1.5 (double), #t
+// (boolean), =txt "text" (verbatim) and >[a b] (push).
 package resptest
 
 import (
@@ -80,7 +82,7 @@ func (c *Client) TryRead(d time.Duration) (string, error) {
 	return Parse(c.r)
 }
 
-// Parse reads and renders one RESP2 reply.
+// Parse reads and renders one RESP2 or RESP3 reply.
 func Parse(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -108,7 +110,7 @@ func Parse(r *bufio.Reader) (string, error) {
 			return "", err
 		}
 		return strconv.Quote(string(buf[:n])), nil
-	case '*':
+	case '*', '~', '>', '%':
 		n, err := strconv.Atoi(body)
 		if err != nil {
 			return "", err
@@ -116,13 +118,44 @@ func Parse(r *bufio.Reader) (string, error) {
 		if n < 0 {
 			return "nil", nil
 		}
+		if line[0] == '%' {
+			n *= 2
+		}
 		parts := make([]string, n)
 		for i := range parts {
 			if parts[i], err = Parse(r); err != nil {
 				return "", err
 			}
 		}
+		switch line[0] {
+		case '%':
+			return "{" + strings.Join(parts, " ") + "}", nil
+		case '~':
+			return "~[" + strings.Join(parts, " ") + "]", nil
+		case '>':
+			return ">[" + strings.Join(parts, " ") + "]", nil
+		}
 		return "[" + strings.Join(parts, " ") + "]", nil
+	case '_':
+		return "_", nil
+	case ',', '#', '(':
+		return line[:len(line)-2], nil
+	case '=', '!':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		if line[0] == '!' {
+			return "-" + string(buf[:n]), nil
+		}
+		if n < 4 || buf[3] != ':' {
+			return "", fmt.Errorf("verbatim string without a format: %q", buf[:n])
+		}
+		return "=" + string(buf[:3]) + " " + strconv.Quote(string(buf[4:n])), nil
 	}
 	return "", fmt.Errorf("unknown reply type %q", line)
 }

@@ -1,0 +1,122 @@
+package commands
+
+import (
+	"encoding/hex"
+	"sort"
+	"strings"
+)
+
+// ACL shows the users and roles sluice has (from --requirepass and
+// --acl-file, fixed at start) in Redis's ACL rule notation, so that tools
+// that read them (redis-cli, admin UIs) see what each user may do. They
+// cannot be changed at run time.
+
+func aclCommands() []*Command {
+	return []*Command{
+		{Name: "ACL", Arity: -2, Flags: 0, Handler: aclCmd, Summary: "The users and their roles (read-only).",
+			Syntax: "WHOAMI | USERS | LIST | CAT | HELP"},
+	}
+}
+
+// aclUser is one user as ACL LIST shows it.
+type aclUser struct {
+	name string
+	role Role
+	hash string // hex SHA-256, "" for nopass
+}
+
+// users returns the users, sorted by name. Without credentials every
+// connection is the user default, admin, without password.
+func (a *Auth) list() []aclUser {
+	if !a.Required() {
+		return []aclUser{{name: "default", role: RoleAdmin}}
+	}
+	out := make([]aclUser, 0, len(a.users))
+	for n, c := range a.users {
+		out = append(out, aclUser{name: n, role: c.role, hash: hex.EncodeToString(c.hash[:])})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// aclRules renders a role as Redis ACL rules: admin may run everything; a
+// limiter every command that is not admin-only, less the admin
+// subcommands.
+func aclRules(reg *Registry, r Role) string {
+	if r == RoleAdmin {
+		return "~* &* +@all"
+	}
+	var b strings.Builder
+	b.WriteString("~* &* -@all")
+	for _, c := range reg.list {
+		if c.Flags&FlagAdmin == 0 {
+			b.WriteString(" +" + lower(c.Name))
+		}
+	}
+	for _, sub := range []string{"client|list", "client|kill", "rl.budget|set", "rl.budget|del", "rl.budget|import",
+		"rl.cluster|join", "rl.cluster|leave", "rl.cluster|apply", "rl.quota|reset", "acl|list", "acl|users"} {
+		b.WriteString(" -" + sub)
+	}
+	return b.String()
+}
+
+func aclCmd(ctx *Ctx) {
+	a := ctx.Args
+	c := ctx.Conn
+	switch sub := a[1]; {
+	case eq(sub, "WHOAMI") && len(a) == 2:
+		ctx.S.mu.Lock()
+		u := ctx.S.user
+		ctx.S.mu.Unlock()
+		c.WriteBulkString(u)
+	case eq(sub, "USERS") && len(a) == 2:
+		if !aclAdmin(ctx) {
+			return
+		}
+		users := ctx.Env.Auth.list()
+		c.WriteArray(len(users))
+		for _, u := range users {
+			c.WriteBulkString(u.name)
+		}
+	case eq(sub, "LIST") && len(a) == 2:
+		if !aclAdmin(ctx) {
+			return
+		}
+		users := ctx.Env.Auth.list()
+		c.WriteArray(len(users))
+		for _, u := range users {
+			pass := "nopass"
+			if u.hash != "" {
+				pass = "#" + u.hash
+			}
+			c.WriteBulkString("user " + u.name + " on " + pass + " " + aclRules(ctx.Env.Registry, u.role))
+		}
+	case eq(sub, "CAT") && len(a) == 2:
+		c.WriteArray(0) // sluice has roles, not categories
+	case eq(sub, "HELP") && len(a) == 2:
+		lines := []string{"ACL <subcommand> [<arg> ...]. Subcommands are:",
+			"WHOAMI", "    The user this connection is authenticated as.",
+			"USERS", "    The users' names.",
+			"LIST", "    The users and their rules (admin: +@all; limiter: the limiting and read commands).",
+			"Users come from --requirepass and --acl-file and cannot be changed at run time.",
+			"HELP", "    Print this help."}
+		c.WriteArray(len(lines))
+		for _, l := range lines {
+			c.WriteString(l)
+		}
+	case eq(sub, "SETUSER") || eq(sub, "DELUSER") || eq(sub, "LOAD") || eq(sub, "SAVE") || eq(sub, "GETUSER") ||
+		eq(sub, "DRYRUN") || eq(sub, "GENPASS") || eq(sub, "LOG"):
+		c.WriteError("ERR ACL " + strings.ToUpper(printable(sub, 64)) + " is not supported: users and roles come from --requirepass and --acl-file, read at start (see ACL LIST)")
+	default:
+		c.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try ACL HELP.")
+	}
+}
+
+// aclAdmin replies NOPERM unless the session may read the users.
+func aclAdmin(ctx *Ctx) bool {
+	if ok, e := adminOnly(ctx); !ok {
+		ctx.Conn.WriteError(strings.Replace(e, "'client'", "'acl'", 1))
+		return false
+	}
+	return true
+}

@@ -1,0 +1,220 @@
+package commands
+
+import (
+	"strconv"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// The keyspace commands let operators and tools (redis-cli --scan) look at
+// what is being limited. A key is a live bucket, named as a client names
+// it: an inline key (RL.ACQUIRE key RATE …, CL.THROTTLE), a budget bucket
+// (the node path, or path#subject), or a calendar quota counter
+// ("quota:" and its level, as limited_by names it). A full bucket is
+// forgotten (it loses nothing), so the keyspace holds the keys that are
+// not at full capacity, as DBSIZE counts them.
+
+func keyCommands() []*Command {
+	return []*Command{
+		{Name: "SCAN", Arity: -2, Flags: FlagReadOnly, Handler: scanCmd,
+			Summary: "Iterate over the live buckets.", Syntax: "cursor [MATCH pattern] [COUNT count] [TYPE type]"},
+		{Name: "TYPE", Arity: 2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: typeCmd,
+			Summary: "The algorithm of a live bucket (quota for a quota counter), or none.", Syntax: "key"},
+		{Name: "TTL", Arity: 2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: ttlCmd,
+			Summary: "Seconds until a bucket is full again and forgotten (-2 if there is none).", Syntax: "key"},
+		{Name: "PTTL", Arity: 2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: ttlCmd,
+			Summary: "Milliseconds until a bucket is full again and forgotten (-2 if there is none).", Syntax: "key"},
+	}
+}
+
+const quotaKeyName = "quota:"
+
+// keyName appends the name SCAN shows for a stored key.
+func keyName(b []byte, space engine.Space, key []byte) []byte {
+	if space == engine.SpaceQuota && len(key) >= 2 {
+		return append(append(b, quotaKeyName...), key[2:]...) // "i|" or "b|"
+	}
+	return append(b, key...)
+}
+
+// lookupKey finds the bucket a name shows: a budget bucket first (as
+// RL.RESET resolves a path), else an inline one, else a quota counter.
+func (ctx *Ctx) lookupKey(name []byte) (algo engine.Algo, idle int64, ok bool) {
+	st := ctx.Env.Store
+	for _, sp := range []engine.Space{engine.SpaceBudget, engine.SpaceInline} {
+		if algo, idle, ok = st.Inspect(sp, name); ok {
+			return
+		}
+	}
+	if len(name) > len(quotaKeyName) && string(name[:len(quotaKeyName)]) == quotaKeyName {
+		level := name[len(quotaKeyName):]
+		for _, p := range []string{"b|", "i|"} {
+			if algo, idle, ok = st.Inspect(engine.SpaceQuota, append([]byte(p), level...)); ok {
+				return
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+func typeCmd(ctx *Ctx) {
+	if algo, _, ok := ctx.lookupKey(ctx.Args[1]); ok {
+		ctx.Conn.WriteString(algo.String())
+		return
+	}
+	ctx.Conn.WriteString("none")
+}
+
+func ttlCmd(ctx *Ctx) {
+	_, idle, ok := ctx.lookupKey(ctx.Args[1])
+	if !ok {
+		ctx.Conn.WriteInt(-2)
+		return
+	}
+	ms := engine.CeilMs(max(idle-ctx.Now(), 0))
+	if ctx.Cmd.Name == "TTL" {
+		ctx.Conn.WriteInt64((ms + 999) / 1000)
+		return
+	}
+	ctx.Conn.WriteInt64(ms)
+}
+
+// scanCmd is SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+func scanCmd(ctx *Ctx) {
+	a := ctx.Args
+	cursor, err := strconv.ParseUint(string(a[1]), 10, 64)
+	if err != nil {
+		ctx.Conn.WriteError("ERR invalid cursor")
+		return
+	}
+	count := int64(10)
+	var match, typ []byte
+	for i := 2; i < len(a); i += 2 {
+		if i+1 >= len(a) {
+			ctx.Conn.WriteError(errSyntax)
+			return
+		}
+		switch v := a[i+1]; {
+		case eq(a[i], "MATCH"):
+			match = v
+		case eq(a[i], "COUNT"):
+			var e string
+			if count, e = intArg(v, "COUNT", 1, 1<<20); e != "" {
+				ctx.Conn.WriteError(e)
+				return
+			}
+		case eq(a[i], "TYPE"):
+			typ = v
+		default:
+			ctx.Conn.WriteError(errSyntax)
+			return
+		}
+	}
+	var names [][]byte
+	var buf []byte
+	next := ctx.Env.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
+		if typ != nil && !eq(typ, algo.String()) {
+			return
+		}
+		start := len(buf)
+		buf = keyName(buf, space, key)
+		name := buf[start:len(buf):len(buf)]
+		if match != nil && !globMatch(match, name) {
+			buf = buf[:start]
+			return
+		}
+		names = append(names, name)
+	})
+	// names alias buf, which may have moved as it grew: rebuild the slices.
+	if len(names) > 0 {
+		off := 0
+		for i, n := range names {
+			names[i] = buf[off : off+len(n)]
+			off += len(n)
+		}
+	}
+	c := ctx.Conn
+	c.WriteArray(2)
+	c.WriteBulkString(strconv.FormatUint(next, 10))
+	c.WriteArray(len(names))
+	for _, n := range names {
+		c.WriteBulk(n)
+	}
+}
+
+// globMatch matches s against a Redis glob pattern: * ? [abc] [^a] [a-z]
+// and \ escapes. Unlike path.Match, * also matches '/', which budget
+// paths contain. A star backtracks only to the last star, so the time is
+// at most the product of the lengths, whatever the pattern.
+func globMatch(p, s []byte) bool {
+	pi, si := 0, 0
+	star, mark := -1, 0
+	for si < len(s) {
+		if pi < len(p) && p[pi] == '*' {
+			for pi < len(p) && p[pi] == '*' {
+				pi++
+			}
+			star, mark = pi, si
+			continue
+		}
+		if pi < len(p) {
+			if n, ok := matchOne(p[pi:], s[si]); ok {
+				pi += n
+				si++
+				continue
+			}
+		}
+		if star < 0 {
+			return false
+		}
+		mark++
+		pi, si = star, mark
+	}
+	for pi < len(p) && p[pi] == '*' {
+		pi++
+	}
+	return pi == len(p)
+}
+
+// matchOne matches one byte c against the pattern element at the start of
+// p (not a star) and returns the element's length.
+func matchOne(p []byte, c byte) (int, bool) {
+	switch p[0] {
+	case '?':
+		return 1, true
+	case '\\':
+		if len(p) > 1 {
+			return 2, p[1] == c
+		}
+		return 1, c == '\\'
+	case '[':
+		i := 1
+		not := i < len(p) && p[i] == '^'
+		if not {
+			i++
+		}
+		matched := false
+		for i < len(p) && p[i] != ']' {
+			switch {
+			case p[i] == '\\' && i+1 < len(p):
+				matched = matched || p[i+1] == c
+				i += 2
+			case i+2 < len(p) && p[i+1] == '-' && p[i+2] != ']':
+				lo, hi := p[i], p[i+2]
+				if lo > hi {
+					lo, hi = hi, lo
+				}
+				matched = matched || lo <= c && c <= hi
+				i += 3
+			default:
+				matched = matched || p[i] == c
+				i++
+			}
+		}
+		if i < len(p) {
+			i++ // the ']'
+		}
+		return i, matched != not
+	}
+	return 1, p[0] == c
+}

@@ -1,0 +1,196 @@
+package commands
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/tidwall/redcon"
+)
+
+// Transactions, as Redis has them: MULTI starts queueing, each command is
+// checked (name, arity, permission) and answered +QUEUED, and EXEC runs
+// the queue and answers an array with one reply per command; DISCARD
+// drops it. A command refused while queueing marks the transaction, and
+// EXEC then answers EXECABORT and runs nothing.
+//
+// Atomicity: the commands of one EXEC run back to back, in order, on this
+// connection, with nothing of this connection's in between; they are not
+// isolated from other connections, whose commands the engine may serve
+// between two of them, and each keeps its own outcome (an RL.ACQUIRE
+// admitted early in the transaction stays admitted if a later one is
+// denied). Each command is atomic on its own: one RL.ACQUIRE charges all
+// its levels or none. Isolation would need a lock that every command
+// takes, on a path that now takes none.
+
+// MaxQueuedBytes bounds what one transaction may queue: arguments are
+// copied out of the read buffer, so the queue's memory grows with what the
+// client sent, up to this.
+const MaxQueuedBytes = 64 << 20
+
+// tx is a connection's transaction state. Only the connection's goroutine
+// touches it, except queued and mem, which CLIENT LIST reads.
+type tx struct {
+	on, dirty bool
+	arena     []byte   // the queued commands' argument bytes
+	spans     [][2]int // each argument: start and end in arena
+	cmds      []queued
+	args      [][]byte // reused to run each queued command
+	queued    atomic.Int32
+	mem       atomic.Int64
+}
+
+type queued struct {
+	cmd         *Command
+	first, argc int // spans[first : first+argc]
+}
+
+func multiCommands() []*Command {
+	return []*Command{
+		{Name: "MULTI", Arity: 1, Flags: FlagFast | FlagTx, Handler: multiCmd, Summary: "Start a transaction.", Syntax: ""},
+		{Name: "EXEC", Arity: 1, Flags: FlagTx, Handler: execCmd, Summary: "Run the queued commands of a transaction.", Syntax: ""},
+		{Name: "DISCARD", Arity: 1, Flags: FlagFast | FlagTx, Handler: discardCmd, Summary: "Drop the queued commands of a transaction.", Syntax: ""},
+		{Name: "WATCH", Arity: -2, Flags: FlagFast | FlagTx, Handler: watchCmd,
+			Summary: "Refused: sluice cannot tell a transaction that a bucket changed (every call and every moment changes it).",
+			Syntax:  "key [key ...]", FirstKey: 1},
+		{Name: "UNWATCH", Arity: 1, Flags: FlagFast, Handler: unwatchCmd, Summary: "Forget watched keys (there are none).", Syntax: ""},
+	}
+}
+
+func multiCmd(ctx *Ctx) {
+	t := &ctx.S.tx
+	if t.on {
+		ctx.Conn.WriteError("ERR MULTI calls can not be nested")
+		return
+	}
+	t.on, t.dirty = true, false
+	t.queued.Store(0)
+	ctx.Conn.WriteString(okReply)
+}
+
+func discardCmd(ctx *Ctx) {
+	if !ctx.S.tx.on {
+		ctx.Conn.WriteError("ERR DISCARD without MULTI")
+		return
+	}
+	ctx.S.endTx()
+	ctx.Conn.WriteString(okReply)
+}
+
+func watchCmd(ctx *Ctx) {
+	if ctx.S.tx.on {
+		ctx.Conn.WriteError("ERR WATCH inside MULTI is not allowed")
+		return
+	}
+	ctx.Conn.WriteError("ERR WATCH is not supported: a bucket changes with every call and as time passes, so a watched transaction could never run; use MULTI/EXEC without WATCH")
+}
+
+func unwatchCmd(ctx *Ctx) { ctx.Conn.WriteString(okReply) }
+
+// execCmd runs the queue. Every queued command is run as if it had
+// arrived on its own (permission checked again, metrics, its own reply);
+// their replies form EXEC's array.
+func execCmd(ctx *Ctx) {
+	s, env, c := ctx.S, ctx.Env, ctx.Conn // ctx is reused by the queued commands
+	t := &s.tx
+	if !t.on {
+		c.WriteError("ERR EXEC without MULTI")
+		return
+	}
+	if t.dirty {
+		s.endTx()
+		c.WriteError("EXECABORT Transaction discarded because of previous errors.")
+		return
+	}
+	t.on = false
+	c.WriteArray(len(t.cmds))
+	for _, q := range t.cmds {
+		args := t.args[:0]
+		for _, sp := range t.spans[q.first : q.first+q.argc] {
+			args = append(args, t.arena[sp[0]:sp[1]:sp[1]])
+		}
+		t.args = args
+		if ok, e := s.Allowed(q.cmd); !ok { // AUTH or RESET earlier in the queue may have changed the role
+			c.WriteError(e)
+			continue
+		}
+		env.run(c, s, q.cmd, args, monoNow())
+	}
+	s.endTx()
+}
+
+// endTx forgets the transaction, keeping the queue's memory unless it grew
+// large.
+func (s *Session) endTx() {
+	t := &s.tx
+	t.on, t.dirty, s.caching = false, false, false
+	if cap(t.arena) > 1<<20 {
+		t.arena, t.spans, t.cmds = nil, nil, nil
+	}
+	t.arena, t.spans, t.cmds = t.arena[:0], t.spans[:0], t.cmds[:0]
+	clear(t.args)
+	t.queued.Store(-1)
+	t.mem.Store(0)
+}
+
+// flagTx marks the open transaction, if any, as failed: a command was
+// refused while queueing.
+func (s *Session) flagTx() {
+	if s.tx.on {
+		s.tx.dirty = true
+	}
+}
+
+// queue copies a command into the transaction (its arguments alias the
+// connection's read buffer) and answers +QUEUED.
+func (env *Env) queue(c redcon.Conn, s *Session, cm *Command, args [][]byte) {
+	t := &s.tx
+	size := 0
+	for _, a := range args {
+		size += len(a) + 16
+	}
+	if len(t.arena)+16*len(t.spans)+size > MaxQueuedBytes {
+		t.dirty = true
+		c.WriteError("ERR transaction too large: at most " + strconv.Itoa(MaxQueuedBytes) + " bytes of queued commands; EXEC will be refused")
+		return
+	}
+	q := queued{cmd: cm, first: len(t.spans), argc: len(args)}
+	for _, a := range args {
+		start := len(t.arena)
+		t.arena = append(t.arena, a...)
+		t.spans = append(t.spans, [2]int{start, len(t.arena)})
+	}
+	t.cmds = append(t.cmds, q)
+	t.queued.Store(int32(len(t.cmds)))
+	t.mem.Store(int64(cap(t.arena) + 16*cap(t.spans)))
+	c.WriteString("QUEUED")
+}
+
+// errCaching answers a command that would have its reply cached
+// client-side (CLIENT CACHING YES before it).
+const errCaching = "ERR sluice replies cannot be cached client-side: each describes limiter state that changes with every call and as time passes, " +
+	"so no invalidation could ever be sent for it. Send the command without CLIENT CACHING YES (rueidis: Do, not DoCache)"
+
+// intercept handles a command on a connection in a transaction or after
+// CLIENT CACHING YES. It reports whether it answered the command itself.
+func (env *Env) intercept(c redcon.Conn, s *Session, cm *Command, args [][]byte) bool {
+	if s.caching && cm.FirstKey > 0 && cm.Flags&FlagTx == 0 {
+		// A keyed command whose reply the client means to cache: refuse
+		// it, so that nothing stale is ever cached. (rueidis sends CLIENT
+		// CACHING YES, MULTI, PTTL key, the command, EXEC, and returns
+		// this error when EXEC aborts.)
+		if !s.tx.on {
+			s.caching = false
+		}
+		s.flagTx()
+		c.WriteError(errCaching)
+		return true
+	}
+	if s.caching && !s.tx.on && cm.Name != "MULTI" {
+		s.caching = false // it applies to the next command only
+	}
+	if s.tx.on && cm.Flags&FlagTx == 0 && cm.Name != "QUIT" && cm.Name != "RESET" {
+		env.queue(c, s, cm, args)
+		return true
+	}
+	return false
+}
