@@ -162,6 +162,7 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		{"RL.CLUSTER NODES", rex(`^\*1\r\n\*5\r\n\$2\r\nn0\r\n\$11\r\n127\.0\.0\.1:1\r\n\$\d+\r\n127\.0\.0\.1:\d+\r\n\$5\r\nvoter\r\n\$6\r\nleader\r\n$`)},
 		{"RL.CLUSTER FROB", errv("ERR unknown subcommand or wrong number of arguments for 'FROB'. Try RL.CLUSTER INFO, NODES, JOIN id raft_addr resp_addr or LEAVE id.")},
 		{"RL.SYNC nosuch x", errv("ERR RL.SYNC from 'nosuch', which is not a member")},
+		{"RL.LEASE nosuch x", errv("ERR RL.LEASE from 'nosuch', which is not a member")},
 		{"RL.QUOTASYNC nosuch {}", errv("ERR RL.QUOTASYNC from 'nosuch', which is not a member")},
 
 		{"MULTI", sstr("OK")},

@@ -17,8 +17,11 @@ func (s *Store) Scan(cursor uint64, count int, f func(space Space, key []byte, a
 		sh.mu.Lock()
 		for ; pos < sh.used && count > 0; pos++ {
 			if sh.isLive(pos) {
-				e := sh.entry(pos)
-				f(e.space, sh.key(e), sh.limits[e.lim].lim.Algo)
+				// Leases of other members' buckets are not buckets of
+				// this node's own: SCAN lists buckets.
+				if e := sh.entry(pos); e.space&leaseBit == 0 {
+					f(e.space, sh.key(e), sh.limits[e.lim].lim.Algo)
+				}
 				count--
 			}
 		}
