@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N1=${N1:-10000}
 N2=${N2:-100000}
-CONNS=${CONNS:-16}
+CONNS=${CONNS:-64}
 dir=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 go build -o "$dir/sluice" ./cmd/sluice

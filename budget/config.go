@@ -206,12 +206,16 @@ type quotaJS struct {
 // ParseJSON parses a node config given as JSON, bare or wrapped in
 // {"rate_limit": …}. Unknown fields are refused by name.
 func ParseJSON(b []byte) (Config, error) {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(b, &probe); err != nil {
-		return Config{}, errf("budget config is not a JSON object: %s", jsonErr(err))
-	}
-	if inner, ok := probe["rate_limit"]; ok && len(probe) == 1 {
-		b = inner
+	// The {"rate_limit": {...}} wrapper is rare: look for it only when the
+	// name occurs (every replayed log entry comes through here).
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) == 0 || t[0] != '{' || bytes.Contains(b, []byte(`"rate_limit"`)) {
+		var probe map[string]json.RawMessage
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return Config{}, errf("budget config is not a JSON object: %s", jsonErr(err))
+		}
+		if inner, ok := probe["rate_limit"]; ok && len(probe) == 1 {
+			b = inner
+		}
 	}
 	var js configJSON
 	if err := strictDecode(b, &js); err != nil {

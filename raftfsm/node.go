@@ -274,8 +274,12 @@ func Open(o Options) (*Node, error) {
 	// Serve what this node had applied before it stopped until Raft has
 	// replayed that far, so that a node restarted without a quorum still
 	// limits with its last tree.
-	if err := n.fsm.LoadView(n.viewPath(), n.raft.AppliedIndex()); err != nil {
-		n.log.Warn("saved view not used", "err", err)
+	// A node that is the only voter always has its quorum: it replays at
+	// once and needs no saved view.
+	if !n.alone() {
+		if err := n.fsm.LoadView(n.viewPath(), n.raft.AppliedIndex()); err != nil {
+			n.log.Warn("saved view not used", "err", err)
+		}
 	}
 	obs := make(chan raft.Observation, 16)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
@@ -287,6 +291,12 @@ func Open(o Options) (*Node, error) {
 	}))
 	n.electAloneAtOnce()
 	n.wg.Add(4)
+	if n.raft.State() == raft.Leader {
+		// Elected before the observer was registered (loading a large
+		// saved view takes a while): catch up all the same.
+		n.wg.Add(1)
+		go n.catchUp(n.raft.CurrentTerm())
+	}
 	go n.watch(obs)
 	go n.relayNotify()
 	go n.register()
@@ -907,13 +917,18 @@ func (n *Node) catchUp(term uint64) {
 	}
 }
 
+// alone reports whether this node is the only voter of its configuration.
+func (n *Node) alone() bool {
+	servers, err := n.Servers()
+	return err == nil && len(servers) == 1 && string(servers[0].ID) == n.opts.ID
+}
+
 // electAloneAtOnce makes a node that is the only voter of its cluster
 // elect itself now rather than after a heartbeat timeout (one to two
 // seconds): Raft re-checks its timer when the heartbeat timeout shrinks,
 // and a node that has never heard from a leader then campaigns at once.
 func (n *Node) electAloneAtOnce() {
-	servers, err := n.Servers()
-	if err != nil || len(servers) != 1 || string(servers[0].ID) != n.opts.ID {
+	if !n.alone() {
 		return
 	}
 	rc := n.raft.ReloadableConfig()
