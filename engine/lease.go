@@ -193,7 +193,11 @@ func (s *Store) credit(l *Limit) int64 {
 // on its way), or its owner said when it expects tokens and that time has
 // not come.
 func (s *Store) leaseView(sh *shard, lv *level, r *Request, now int64, st state) (state, int64) {
-	if lv.exists && now < st.b && st.a > 0 {
+	windowed := r.Limit.Algo == FixedWindow || r.Limit.Algo == SlidingWindow
+	if lv.exists && st.a > 0 && (now < st.b || !windowed) {
+		// A rate limit's tokens stay good after their lease's time: it
+		// only says when unused ones go back.
+		st.b = max(st.b, now+1)
 		return st, 0
 	}
 	if lv.exists && (now < st.b || sh.owed[lv.idx] > 0 || sh.credit[lv.idx] > 0) {
@@ -326,10 +330,13 @@ func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires
 		s.live.Add(1)
 	}
 	e := sh.entry(i)
-	if now >= e.st.b {
+	if now >= e.st.b && (lim.Algo == FixedWindow || lim.Algo == SlidingWindow) {
+		// Tokens of an ended window: the owner's window has ended too.
 		e.st.a = 0
 		delete(sh.credit, i)
 	}
+	// Tokens of a rate limit that expired before Expired gave them back
+	// stay: they were taken from the owner's bucket and are as good now.
 	e.st.a += n
 	e.st.b = max(e.st.b, expires)
 	sh.left[i] = left
