@@ -271,16 +271,6 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	// Serve what this node had applied before it stopped until Raft has
-	// replayed that far, so that a node restarted without a quorum still
-	// limits with its last tree.
-	// A node that is the only voter always has its quorum: it replays at
-	// once and needs no saved view.
-	if !n.alone() {
-		if err := n.fsm.LoadView(n.viewPath(), n.raft.AppliedIndex()); err != nil {
-			n.log.Warn("saved view not used", "err", err)
-		}
-	}
 	obs := make(chan raft.Observation, 16)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
@@ -289,7 +279,17 @@ func Open(o Options) (*Node, error) {
 		}
 		return false
 	}))
+	// A lone voter elects itself now, so that it replays its log while the
+	// saved view loads.
+	after := n.raft.AppliedIndex()
 	n.electAloneAtOnce()
+	// Serve what this node had applied before it stopped until Raft has
+	// replayed that far, so that a node restarted without a quorum still
+	// limits with its last tree (and a lone node, with its quota counts,
+	// while it replays).
+	if err := n.fsm.LoadView(n.viewPath(), after); err != nil {
+		n.log.Warn("saved view not used", "err", err)
+	}
 	n.wg.Add(4)
 	if n.raft.State() == raft.Leader {
 		// Elected before the observer was registered (loading a large
