@@ -113,8 +113,18 @@ func (c *conn) serve() error {
 					c.w = copy(c.buf, c.buf[c.r:c.w])
 					c.r = 0
 				}
-				if c.w == len(c.buf) || need > len(c.buf) {
-					c.buf = append(c.buf, make([]byte, max(need, 2*len(c.buf))-len(c.buf))...)
+				// Grow with what arrives, not with what a header
+				// announces: a client that announces a 32 MiB argument
+				// and sends nothing more costs one initial buffer. A
+				// full buffer doubles (or grows to what the command
+				// needs, if less), so memory stays within twice what the
+				// client has sent.
+				if c.w == len(c.buf) {
+					size := 2 * len(c.buf)
+					if need > len(c.buf) {
+						size = min(size, need)
+					}
+					c.buf = append(c.buf, make([]byte, size-len(c.buf))...)
 					sess.ReadBuf.Store(int64(len(c.buf)))
 					sess.ReadPeak.Store(max(sess.ReadPeak.Load(), int64(len(c.buf))))
 				}
