@@ -171,9 +171,16 @@ func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 	}
 	l = WaitForLeader(t, again...)
 	l.Barrier(5 * time.Second)
+	// The write refused without quorum may surface now: its outcome was
+	// unknown, and a node that led for a moment may have logged it (an
+	// election between finding the leader and stopping the others).
 	for _, n := range again {
 		WaitForApplied(t, l.FSM().Applied(), n)
-		if n.State().Tree.Len() != 6 || n.State().Tree.Get("system/t4") == nil {
+		want := 6
+		if n.State().Tree.Get("y") != nil {
+			want = 7
+		}
+		if n.State().Tree.Len() != want || n.State().Tree.Get("system/t4") == nil {
 			t.Fatalf("%s after restart: %d budgets", n.ID(), n.State().Tree.Len())
 		}
 	}
