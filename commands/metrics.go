@@ -23,6 +23,9 @@ type Metrics struct {
 
 	ConnectionsReceived prometheus.Counter
 	ConnectionsRejected *prometheus.CounterVec
+	// ConnectionsClosed counts connections the server closed by reason:
+	// idle (--timeout) or auth_timeout (--auth-timeout).
+	ConnectionsClosed *prometheus.CounterVec
 	ProtocolErrors      prometheus.Counter
 }
 
@@ -57,6 +60,12 @@ func NewMetrics(reg *Registry) *Metrics {
 	m.ConnectionsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_connections_rejected_total", Help: "Client connections refused, by reason.",
 	}, []string{"reason"})
+	m.ConnectionsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_connections_closed_total", Help: "Client connections the server closed: idle (--timeout) or not authenticated in time (--auth-timeout).",
+	}, []string{"reason"})
+	for _, r := range []string{"idle", "auth_timeout"} {
+		m.ConnectionsClosed.WithLabelValues(r) // present at 0 from the start, for alerts on increase()
+	}
 	m.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_waiting_clients", Help: "Connections holding an admitted reply until its reserved tokens are due (WAIT).",
 	})
@@ -70,7 +79,7 @@ func NewMetrics(reg *Registry) *Metrics {
 	}
 	m.unknown = cmds.WithLabelValues("unknown")
 	m.inline = m.Budget("inline")
-	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ProtocolErrors, m.waiting)
+	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ConnectionsClosed, m.ProtocolErrors, m.waiting)
 	return m
 }
 

@@ -35,6 +35,10 @@ type Config struct {
 	TLSCA           string
 	ProtectedMode   bool
 	MaxClients      int
+	// Timeout closes a client connection idle this long (0: never);
+	// AuthTimeout, one that has not authenticated this long after it
+	// connected, when a password is required (0: never).
+	Timeout, AuthTimeout time.Duration
 	MaxBuckets      int
 	MaxQuotas       int
 	MaxKeyLen       int
@@ -78,6 +82,33 @@ func dur(get func(*Config) *time.Duration) func(*Config, *flag.FlagSet, string, 
 	}
 }
 
+// seconds binds a duration given in whole seconds, as Redis's timeout is.
+func seconds(get func(*Config) *time.Duration) func(*Config, *flag.FlagSet, string, string, string) {
+	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
+		n, _ := strconv.ParseInt(def, 10, 64)
+		*get(c) = time.Duration(n) * time.Second
+		fs.Var(secondsValue{get(c)}, name, usage)
+	}
+}
+
+type secondsValue struct{ d *time.Duration }
+
+func (v secondsValue) String() string {
+	if v.d == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*v.d/time.Second), 10)
+}
+
+func (v secondsValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 1<<31 {
+		return fmt.Errorf("must be a whole number of seconds")
+	}
+	*v.d = time.Duration(n) * time.Second
+	return nil
+}
+
 func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, string, string) {
 	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
 		fs.BoolVar(get(c), name, def == "true", usage)
@@ -101,6 +132,8 @@ var settings = []setting{
 	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},
 	{name: "tls-ca", def: "", usage: "CA bundle (PEM) to verify peers; enables mutual TLS between nodes", bind: str(func(c *Config) *string { return &c.TLSCA })},
 	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
+	{name: "timeout", def: "0", usage: "close a client connection idle for this many seconds (0: never), like Redis's timeout", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
+	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this many seconds after connecting, when a password is required (0: never)", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; full buckets are dropped first", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
@@ -317,6 +350,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	intRange("maxclients", c.MaxClients, 1, 1_000_000)
+	if c.Timeout < 0 || c.Timeout > 365*24*time.Hour {
+		bad("timeout", "must be between 0 and 31536000 seconds, got %d", int64(c.Timeout/time.Second))
+	}
+	if c.AuthTimeout < 0 || c.AuthTimeout > time.Hour {
+		bad("auth-timeout", "must be between 0 and 3600 seconds, got %d", int64(c.AuthTimeout/time.Second))
+	}
 	intRange("max-buckets", c.MaxBuckets, 1000, 1<<32)
 	intRange("max-quota-counters", c.MaxQuotas, 0, 1<<32)
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)

@@ -33,6 +33,10 @@ type conn struct {
 	closed bool // QUIT or a protocol error: flush, then close
 
 	writeDeadline time.Time // when the write deadline was last pushed back
+	// authBy is when a connection that has not authenticated is closed
+	// (--auth-timeout); zero when no password is required.
+	authBy      time.Time
+	readExpires string // why the read deadline is set: "idle", "auth_timeout" or ""
 }
 
 const (
@@ -154,17 +158,51 @@ func (c *conn) serve() error {
 		if c.srv.draining.Load() && c.r == c.w {
 			return nil
 		}
+		c.setReadDeadline(sess)
 		n, err := c.nc.Read(c.buf[c.w:])
 		c.w += n
 		if err != nil {
 			if n > 0 {
 				continue // answer what arrived with the error first
 			}
-			if c.srv.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if c.srv.draining.Load() {
+					return nil
+				}
+				if c.readExpires != "" {
+					c.srv.env.Metrics.ConnectionsClosed.WithLabelValues(c.readExpires).Inc()
+					return nil
+				}
 			}
 			return err
 		}
+	}
+}
+
+// setReadDeadline arms the next read with the idle timeout (--timeout)
+// and, until the session authenticates, the authentication deadline
+// (--auth-timeout), whichever comes first; it clears a deadline that no
+// longer applies. A drain that began meanwhile keeps its immediate one.
+func (c *conn) setReadDeadline(sess *commands.Session) {
+	var at time.Time
+	why := ""
+	if t := c.srv.cfg.Timeout; t > 0 {
+		at, why = time.Now().Add(t), "idle"
+	}
+	if !c.authBy.IsZero() {
+		if sess.Role() != commands.RoleNone {
+			c.authBy = time.Time{}
+		} else if at.IsZero() || c.authBy.Before(at) {
+			at, why = c.authBy, "auth_timeout"
+		}
+	}
+	if why == "" && c.readExpires == "" {
+		return
+	}
+	c.nc.SetReadDeadline(at)
+	c.readExpires = why
+	if c.srv.draining.Load() {
+		c.nc.SetReadDeadline(time.Now())
 	}
 }
 

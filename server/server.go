@@ -258,6 +258,9 @@ func (s *Server) accept(c *conn) bool {
 	role := commands.RoleAdmin
 	if s.env.Auth.Required() {
 		role = commands.RoleNone
+		if s.cfg.AuthTimeout > 0 {
+			c.authBy = time.Now().Add(s.cfg.AuthTimeout)
+		}
 	}
 	nc := c.nc
 	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
