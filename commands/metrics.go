@@ -26,7 +26,7 @@ type Metrics struct {
 	// ConnectionsClosed counts connections the server closed by reason:
 	// idle (--timeout) or auth_timeout (--auth-timeout).
 	ConnectionsClosed *prometheus.CounterVec
-	ProtocolErrors      prometheus.Counter
+	ProtocolErrors    prometheus.Counter
 }
 
 // acquireCounters are one budget label's pre-resolved children.

@@ -18,40 +18,40 @@ import (
 // --config file, SLUICE_* environment variables and flags, in increasing
 // order of precedence; Validate checks it as a whole.
 type Config struct {
-	RespAddr        string
-	HTTPAddr        string
-	RaftAddr        string
-	Advertise       string
-	DataDir         string
-	NodeID          string
-	BootstrapPeers  string
-	Join            string
-	Budgets         string
-	RequirePass     string
-	PeerPassword    string
-	ACLFile         string
-	TLSCert         string
-	TLSKey          string
-	TLSCA           string
-	ProtectedMode   bool
-	MaxClients      int
+	RespAddr       string
+	HTTPAddr       string
+	RaftAddr       string
+	Advertise      string
+	DataDir        string
+	NodeID         string
+	BootstrapPeers string
+	Join           string
+	Budgets        string
+	RequirePass    string
+	PeerPassword   string
+	ACLFile        string
+	TLSCert        string
+	TLSKey         string
+	TLSCA          string
+	ProtectedMode  bool
+	MaxClients     int
 	// Timeout closes a client connection idle this long (0: never);
 	// AuthTimeout, one that has not authenticated this long after it
 	// connected, when a password is required (0: never).
 	Timeout, AuthTimeout time.Duration
-	MaxBuckets      int
-	MaxQuotas       int
-	MaxKeyLen       int
-	MaxBulkLen      int
-	MaxArgs         int
-	Shards          int
-	SyncInterval    time.Duration
-	ApplyTimeout    time.Duration
-	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
-	Pprof           bool
-	ConfigFile      string
+	MaxBuckets           int
+	MaxQuotas            int
+	MaxKeyLen            int
+	MaxBulkLen           int
+	MaxArgs              int
+	Shards               int
+	SyncInterval         time.Duration
+	ApplyTimeout         time.Duration
+	ShutdownTimeout      time.Duration
+	LogLevel             string
+	LogFormat            string
+	Pprof                bool
+	ConfigFile           string
 }
 
 // setting binds one Config field to its flag name (also its file key and,
