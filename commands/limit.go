@@ -234,12 +234,29 @@ func (ctx *Ctx) hold(ns int64) bool {
 	defer t.Stop()
 	ctx.Env.Metrics.waiting.Inc()
 	defer ctx.Env.Metrics.waiting.Dec()
+	var gone <-chan struct{}
+	if w, ok := ctx.Conn.(Watcher); ok {
+		var stop func()
+		gone, stop = w.Watch()
+		defer stop()
+	}
 	select {
 	case <-t.C:
 		return true
 	case <-ctx.Env.Shutdown:
 		return false
+	case <-gone:
+		return false // the client went away: its reservation goes back
 	}
+}
+
+// Watcher is a connection that can tell, while a call is held, that its
+// client has gone away (the server's connections are).
+type Watcher interface {
+	// Watch returns a channel closed when the client disconnects, and a
+	// function to call when the hold ends; it returns once watching has
+	// stopped. A client that went away has its queued commands dropped.
+	Watch() (gone <-chan struct{}, stop func())
 }
 
 func acquireCmd(ctx *Ctx) {

@@ -206,6 +206,50 @@ func (c *conn) setReadDeadline(sess *commands.Session) {
 	}
 }
 
+// watchMax bounds what Watch reads ahead of a held call: a client that
+// pipelines more than this behind it is no longer watched for leaving.
+const watchMax = 1 << 20
+
+// Watch is commands.Watcher: while the connection's goroutine holds a
+// call (WAIT), another one reads what the client sends next into the
+// buffer, so that a client that disconnects is noticed at once: the hold
+// ends, its reservation is given back, and the commands it had queued are
+// dropped. stop interrupts that read and hands the bytes to the loop.
+func (c *conn) Watch() (<-chan struct{}, func()) {
+	gone := make(chan struct{})
+	done := make(chan struct{})
+	var got int
+	var lost bool
+	go func() {
+		defer close(done)
+		for c.w+got < watchMax {
+			if c.w+got == len(c.buf) {
+				c.buf = append(c.buf, make([]byte, len(c.buf))...)
+			}
+			n, err := c.nc.Read(c.buf[c.w+got:])
+			got += n
+			if err != nil {
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					lost = true
+					close(gone)
+				}
+				return
+			}
+		}
+	}()
+	stop := func() {
+		c.nc.SetReadDeadline(time.Now()) // wake the read
+		<-done
+		c.w += got
+		c.nc.SetReadDeadline(time.Time{}) // the next read arms its own
+		c.readExpires = ""
+		if lost {
+			c.closed = true
+		}
+	}
+	return gone, stop
+}
+
 var errProtocol = errors.New("protocol error")
 
 // listener accepts client connections and runs them, tracking them for
