@@ -44,3 +44,27 @@ func TestAnnouncedBulkDoesNotAllocate(t *testing.T) {
 		t.Fatalf("ECHO of 3 MiB: %d bytes back", len(got))
 	}
 }
+
+// Before AUTH a connection may send only small commands, as in Redis;
+// after it, the configured limits apply.
+func TestUnauthenticatedConnectionsHaveSmallLimits(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.RequirePass = "a-long-enough-password" })
+	for _, tc := range []struct{ send, want string }{
+		{"*20\r\n", "-ERR Protocol error: unauthenticated multibulk length (at most 10 arguments before AUTH)"},
+		{"*2\r\n$100000\r\n", "-ERR Protocol error: unauthenticated bulk length (at most 16384 bytes before AUTH)"},
+	} {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		c.Conn.Write([]byte(tc.send))
+		if got := c.Read(); got != tc.want {
+			t.Errorf("%q before AUTH: %s, want %s", tc.send, got, tc.want)
+		}
+	}
+	c := resptest.Dial(t, n.Server.RespAddr())
+	if got := c.Do("AUTH", "a-long-enough-password"); got != "+OK" {
+		t.Fatal(got)
+	}
+	big := strings.Repeat("y", 100000)
+	if got := c.Do("ECHO", big); got != `"`+big+`"` {
+		t.Fatalf("a 100 KB ECHO after AUTH: %d bytes back", len(got))
+	}
+}

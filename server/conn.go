@@ -102,10 +102,17 @@ func (c *conn) serve() error {
 	sess.ReadBuf.Store(int64(len(c.buf)))
 	sess.ReadPeak.Store(int64(len(c.buf)))
 	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
+	preAuth := sess.Role() == commands.RoleNone
 	for {
 		// Run every complete command in the buffer.
 		for c.r < c.w {
-			args, n, need, err := parseCommand(c.buf[c.r:c.w], c.args, lim)
+			use := lim
+			if preAuth {
+				if preAuth = sess.Role() == commands.RoleNone; preAuth {
+					use = preAuthLimits
+				}
+			}
+			args, n, need, err := parseCommand(c.buf[c.r:c.w], c.args, use)
 			if err != nil {
 				return c.fail(err)
 			}

@@ -8,7 +8,13 @@ import (
 type limits struct {
 	maxArgs int
 	maxBulk int
+	preAuth bool // the small limits of a connection that has not authenticated
 }
+
+// Before AUTH a connection may send only small commands, as in Redis: a
+// client that has not proven who it is cannot make the server read and
+// keep large arguments.
+var preAuthLimits = limits{maxArgs: 10, maxBulk: 16 << 10, preAuth: true}
 
 // maxInline bounds an inline (telnet-style) command line, as Redis does.
 const maxInline = 64 << 10
@@ -41,6 +47,9 @@ func parseCommand(b []byte, args [][]byte, lim limits) (out [][]byte, n int, nee
 		return out, i, 0, nil
 	}
 	if count > int64(lim.maxArgs) {
+		if lim.preAuth {
+			return out, 0, 0, protoError("unauthenticated multibulk length (at most " + strconv.Itoa(lim.maxArgs) + " arguments before AUTH)")
+		}
 		return out, 0, 0, protoError("invalid multibulk length (at most " + strconv.Itoa(lim.maxArgs) + " arguments, --max-args)")
 	}
 	for a := int64(0); a < count; a++ {
@@ -61,6 +70,9 @@ func parseCommand(b []byte, args [][]byte, lim limits) (out [][]byte, n int, nee
 			return out, 0, 0, protoError("invalid bulk length")
 		}
 		if size > int64(lim.maxBulk) {
+			if lim.preAuth {
+				return out, 0, 0, protoError("unauthenticated bulk length (at most " + strconv.Itoa(lim.maxBulk) + " bytes before AUTH)")
+			}
 			return out, 0, 0, protoError("invalid bulk length (at most " + strconv.Itoa(lim.maxBulk) + " bytes, --max-bulk-len)")
 		}
 		end := j + int(size)
