@@ -3,6 +3,7 @@ package commands
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
@@ -165,6 +166,10 @@ type QuotaBatch struct {
 	Quotas []raftfsm.QuotaItem `json:"quotas"`
 }
 
+// maxQuotaSkew is how far ahead of this node's clock a quota batch may be
+// stamped: clocks of nodes differ, by far less.
+const maxQuotaSkew = time.Hour
+
 func quotaSyncCmd(ctx *Ctx) {
 	from := string(ctx.Args[1])
 	if _, ok := ctx.Env.Cluster.State().Members[from]; !ok {
@@ -174,6 +179,14 @@ func quotaSyncCmd(ctx *Ctx) {
 	var b QuotaBatch
 	if err := json.Unmarshal(ctx.Args[2], &b); err != nil || b.Seq == 0 || len(b.Quotas) == 0 {
 		ctx.Conn.WriteError("ERR RL.QUOTASYNC payload: not a batch of quota counts")
+		return
+	}
+	// Batch numbers are the sender's wall clock in ns, batch times its
+	// service clock. One from the future would make every later batch of
+	// that node look already counted (or purge counters early): refuse
+	// it, whoever sends it.
+	if horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxQuotaSkew); b.Seq > uint64(horizon) || b.Now > horizon {
+		ctx.Conn.WriteError("ERR RL.QUOTASYNC payload: batch number or time more than an hour ahead of this node's clock")
 		return
 	}
 	e := raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: from, Seq: b.Seq, Now: b.Now, Quotas: b.Quotas}

@@ -337,3 +337,22 @@ func TestQuotaSyncerResetsAndSnapshotSettling(t *testing.T) {
 		t.Fatal("settled twice")
 	}
 }
+
+// A quota batch stamped far in the future (a forged or broken sender) is
+// refused: accepted, it would make every later batch of that node look
+// already counted, and its counts would be lost for ever.
+func TestQuotaBatchFromTheFutureIsRefused(t *testing.T) {
+	n := startNode(t, nil)
+	c := resptest.Dial(t, n.Server.RespAddr())
+	future := `{"seq":18446744073709551615,"now":1,"quotas":[{"key":"aXxr","limit":5,"start":0,"end":9999999999999999999,"used":1,"period":"day UTC"}]}`
+	if got := c.Do("RL.QUOTASYNC", n.Raft.ID(), future); got != "-ERR RL.QUOTASYNC payload: batch number or time more than an hour ahead of this node's clock" {
+		t.Fatalf("a batch from the future: %s", got)
+	}
+	// This node's own counts still reach the committed table.
+	for i := 0; i < 2; i++ {
+		if got := c.Do("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 ") {
+			t.Fatalf("call %d: %s", i, got)
+		}
+	}
+	committedQuota(t, n, "i|k", 2)
+}
