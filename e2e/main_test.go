@@ -151,12 +151,25 @@ func single(t *testing.T, args ...string) *proc {
 // whose addresses must be known before they start (a static cluster). It
 // picks below Linux's ephemeral range (32768+), so that sockets the OS
 // numbers for other tests running meanwhile do not take it.
+// handed holds the ports freePort gave out: a port picked for a node that
+// has not started yet is still free, and must not be picked again.
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
+
 func freePort(t *testing.T) string {
 	t.Helper()
+	handedMu.Lock()
+	defer handedMu.Unlock()
 	for i := 0; i < 100; i++ {
 		p := 20000 + rand.IntN(12000)
+		if handed[p] {
+			continue // free, but promised to a node that has not started yet
+		}
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
 			l.Close()
+			handed[p] = true
 			return fmt.Sprint(p)
 		}
 	}
