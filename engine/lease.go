@@ -295,14 +295,16 @@ func (s *Store) Wants(now int64, f func(w *Want)) {
 			if now >= e.st.b {
 				bal = 0
 			}
-			// Ask for what was used since the last grant; while tokens
-			// are left (a steady stream), twice that, so that the next
-			// grant comes before this one is spent. At most one burst.
-			n := max(e.st.c, 1)
-			if bal > 0 {
-				n *= 2
+			// Ask for what was spent or asked for since the last grant,
+			// once what is left is no more than that (so the next grant
+			// comes before this one runs dry); at most one burst. A
+			// lease flagged only to send owed credit asks for nothing:
+			// tokens idle in leases are tokens the owner's own callers
+			// lack, which matters most for small limits.
+			n := int64(0)
+			if bal <= e.st.c {
+				n = min(max(e.st.c, 1), lim.Burst)
 			}
-			n = min(n, lim.Burst)
 			w = Want{Space: e.space &^ leaseBit, Key: sh.key(e), Limit: *lim, Tokens: n, Balance: bal, Owed: sh.owed[idx]}
 			delete(sh.owed, idx)
 			e.st.c = 0

@@ -314,7 +314,7 @@ func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Lim
 			v[i], b = x, b[n:]
 		}
 		rate, window, burst, delta, klen := int64(v[0]), int64(v[1]), int64(v[2]), int64(v[3]), v[4]
-		if space > SpaceBudget || klen == 0 || klen > MaxKeyLen || klen > uint64(len(b)) || delta == 0 || delta > MaxCost {
+		if space > SpaceBudget || klen == 0 || klen > MaxKeyLen || klen > uint64(len(b)) || delta == 0 && !owed || delta > MaxCost {
 			return ErrBadSync
 		}
 		var lim Limit
