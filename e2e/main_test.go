@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/testport"
 )
 
 var binary string
@@ -151,31 +152,9 @@ func single(t *testing.T, args ...string) *proc {
 // whose addresses must be known before they start (a static cluster). It
 // picks below Linux's ephemeral range (32768+), so that sockets the OS
 // numbers for other tests running meanwhile do not take it.
-// handed holds the ports freePort gave out: a port picked for a node that
-// has not started yet is still free, and must not be picked again.
-var (
-	handedMu sync.Mutex
-	handed   = map[int]bool{}
-)
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	for i := 0; i < 100; i++ {
-		p := 20000 + rand.IntN(12000)
-		if handed[p] {
-			continue // free, but promised to a node that has not started yet
-		}
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-			l.Close()
-			handed[p] = true
-			return fmt.Sprint(p)
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
+// freePort returns a loopback port no other node of this test run was
+// given (testport.Free).
+func freePort(t *testing.T) string { return testport.Free(t) }
 
 // asMap reads a reply that is a map in RESP3 (go-redis' default) and flat
 // pairs in RESP2, such as RL.QUOTA or RL.CLUSTER INFO.

@@ -9,8 +9,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/sluice-rl/sluice/internal/testport"
 )
 
 // Every namespace and host link the suite creates is named
@@ -178,31 +179,6 @@ func (l *netLab) cut(i int, off bool) error {
 	return ipCmd("-n", l.brNS(), "link", "set", fmt.Sprintf("v%d", i), state)
 }
 
-// handed holds the ports freePort gave out, so that two nodes picked
-// before either starts never get the same one.
-var (
-	handedMu sync.Mutex
-	handed   = map[int]bool{}
-)
-
-// freePort returns a loopback port that was free a moment ago, below
-// Linux's ephemeral range so that sockets the OS numbers meanwhile do not
-// take it.
-func freePort(t *testing.T) string {
-	t.Helper()
-	handedMu.Lock()
-	defer handedMu.Unlock()
-	for i := 0; i < 100; i++ {
-		p := 20000 + rand.IntN(12000)
-		if handed[p] {
-			continue // free, but promised to a node that has not started yet
-		}
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
-			l.Close()
-			handed[p] = true
-			return fmt.Sprint(p)
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
+// freePort returns a loopback port no other node of this test run was
+// given (testport.Free).
+func freePort(t *testing.T) string { return testport.Free(t) }

@@ -51,6 +51,16 @@ func leaderOf(t *testing.T, nodes ...*Node) *Node {
 	return nil
 }
 
+// followerOf returns the first of nodes that is not leader.
+func followerOf(leader *Node, nodes []*Node) *Node {
+	for _, n := range nodes {
+		if n != leader {
+			return n
+		}
+	}
+	return nil
+}
+
 // joinCluster starts a node that bootstraps and two that join it over RESP
 // with RL.CLUSTER JOIN, the way --join does.
 func joinCluster(t *testing.T, hook func(*raftfsm.Options)) []*Node {
@@ -75,13 +85,7 @@ func joinCluster(t *testing.T, hook func(*raftfsm.Options)) []*Node {
 func TestClusterForwardsWritesAndReplicates(t *testing.T) {
 	nodes := joinCluster(t, nil)
 	leader := leaderOf(t, nodes...)
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := followerOf(leader, nodes)
 	c := resptest.Dial(t, follower.Server.RespAddr())
 	if got := c.Do("RL.BUDGET", "SET", "tenant/a", "RATE", "5", "PER", "minute"); got != "+OK" {
 		t.Fatalf("SET through a follower: %s", got)

@@ -17,13 +17,7 @@ import (
 func TestForwardedEntriesStayIntact(t *testing.T) {
 	nodes := joinCluster(t, nil)
 	leader := leaderOf(t, nodes...)
-	var follower *Node
-	for _, n := range nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := followerOf(leader, nodes)
 	c := resptest.Dial(t, follower.Server.RespAddr())
 	first := uint64(0)
 	const writes = 40
