@@ -74,9 +74,16 @@ async function nodeRedis() {
       return m.exec();
     },
   });
+  await authThenScenario(open, wrap, c => c.quit());
+}
+
+// authThenScenario checks AUTH with the password and the refusal of a
+// wrong one, then runs the scenario as the ACL user; open, wrap and close
+// are the client's own.
+async function authThenScenario(open, wrap, close) {
   const def = await open(undefined, env.SLUICE_PASSWORD);
-  check('AUTH with the password', (await def.sendCommand(['ACL', 'WHOAMI'])) === 'default', null);
-  await def.quit();
+  check('AUTH with the password', (await wrap(def, 'default').call(['ACL', 'WHOAMI'])) === 'default', null);
+  await close(def);
   let bad = null;
   try {
     await open('default', 'wrong');
@@ -86,7 +93,7 @@ async function nodeRedis() {
   check('wrong password refused', bad && /WRONGPASS/.test(bad.message), bad && bad.message);
   const c = await open(env.SLUICE_ACL_USER, env.SLUICE_ACL_PASS);
   await scenario(wrap(c, env.SLUICE_ACL_USER));
-  await c.quit();
+  await close(c);
 }
 
 function createClientQuiet(redis, opts) {
@@ -118,19 +125,7 @@ async function ioredis() {
       return (await m.exec()).map(([e, v]) => { if (e) throw e; return v; });
     },
   });
-  const def = await open(undefined, env.SLUICE_PASSWORD);
-  check('AUTH with the password', (await def.call('ACL', 'WHOAMI')) === 'default', null);
-  def.disconnect();
-  let bad = null;
-  try {
-    await open('default', 'wrong');
-  } catch (e) {
-    bad = e;
-  }
-  check('wrong password refused', bad && /WRONGPASS/.test(bad.message), bad && bad.message);
-  const r = await open(env.SLUICE_ACL_USER, env.SLUICE_ACL_PASS);
-  await scenario(wrap(r, env.SLUICE_ACL_USER));
-  r.disconnect();
+  await authThenScenario(open, wrap, r => r.disconnect());
 }
 
 ({ 'node-redis': nodeRedis, ioredis })[which]().then(() => process.exit(0), e => {
