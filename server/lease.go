@@ -84,6 +84,9 @@ func (l *leaser) run() {
 			members = ids
 			store.SetOwners(self, members)
 		}
+		if len(members) < 2 {
+			continue // a node alone owns every bucket: no leases to tend
+		}
 		for id, till := range l.downTil {
 			if now >= till {
 				store.SetOwnerDown(id, false)
