@@ -4,12 +4,19 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/quota"
 )
 
-// Call is one budget-form RL.ACQUIRE, RL.PEEK or RL.REFUND.
+// Call is one RL.ACQUIRE, RL.PEEK or RL.REFUND: the budget form, whose
+// plan is the tree's levels for Path, or the inline form (Rate or Quota
+// set), whose plan is one level on the key Path: its bucket under Rate
+// and its quota counter under Quota.
 type Call struct {
 	Path    []byte
 	Subject []byte // KEY; required when the target's scope is user, ip or route
+	// The inline form's limits; both nil for the budget form.
+	Rate    *engine.Limit
+	Quota   *quota.Spec
 	Cost    int64
 	HasCost bool
 	WaitMs  int64
@@ -19,6 +26,9 @@ type Call struct {
 	// the committed counts from its own quota source); nil: always.
 	Quotas QuotaCounts
 }
+
+// Inline reports whether the call carries its own limits.
+func (c *Call) Inline() bool { return c.Rate != nil || c.Quota != nil }
 
 // QuotaCounts decides whether a call may start a quota counter.
 type QuotaCounts interface {
@@ -49,15 +59,20 @@ type Outcome struct {
 
 // Scratch is a per-connection buffer for bucket keys built from the call
 // (path#subject), so that building them allocates nothing after warm-up.
-type Scratch struct{ b, q, name []byte }
+type Scratch struct {
+	b, q, name []byte
+	qlim       engine.Limit // an inline call's quota limit
+}
 
 // charges is every request one call makes: from[i] is the plan level of
-// reqs[i], and quota[i] whether it is that level's quota counter.
+// reqs[i], and quota[i] whether it is that level's quota counter. plan is
+// nil for an inline call.
 type charges struct {
 	reqs  [engine.MaxLevels]engine.Request
 	from  [engine.MaxLevels]uint8
 	quota [engine.MaxLevels]bool
 	n     int
+	plan  *Plan
 }
 
 // Every plan fits: at most MaxDepth aggregates and an own level, each with
@@ -80,15 +95,32 @@ func NoBudget(path []byte) error {
 	return &Error{Code: "NOBUDGET", Msg: "no budget node on path '" + printable(path) + "'"}
 }
 
-// requests fills ch with the requests of c's plan at now: each level's
-// bucket, then its quota counter with the period holding now and the
-// cluster's committed count.
-func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64) (*Plan, error) {
+// charge fills ch with the requests of c's plan at now, each taking cost
+// tokens: for the budget form each level's bucket, then its quota counter
+// with the period holding now; for the inline form the call's bucket and
+// quota counter.
+func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) error {
+	ch.n = 0
+	if c.Inline() {
+		ch.plan = nil
+		if c.Rate != nil {
+			ch.reqs[0] = engine.Request{Space: engine.SpaceInline, Key: c.Path, Limit: c.Rate, Cost: cost}
+			ch.n = 1
+		}
+		if c.Quota != nil {
+			sc.qlim, _ = c.Quota.Limit() // checked when the call was parsed
+			sc.q = quota.AppendKey(sc.q[:0], quota.InlineKey, c.Path)
+			ch.reqs[ch.n] = c.Quota.Request(&sc.qlim, sc.q, now, cost)
+			ch.quota[ch.n] = true
+			ch.n++
+		}
+		return nil
+	}
 	plan, _, ok := t.Resolve(c.Path)
 	if !ok {
-		return nil, NoBudget(c.Path)
+		return NoBudget(c.Path)
 	}
-	ch.n = 0
+	ch.plan = plan
 	for i := range plan.Levels {
 		lv := &plan.Levels[i]
 		key := lv.Key
@@ -96,7 +128,7 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 			switch s := lv.Node.Config.Scope; s {
 			case User, IP, Route:
 				if len(c.Subject) == 0 {
-					return nil, errKeyRequired(c.Path, s)
+					return errKeyRequired(c.Path, s)
 				}
 				sc.b = append(append(append(sc.b[:0], c.Path...), '#'), c.Subject...)
 				key = sc.b
@@ -112,7 +144,7 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 		if q := lv.Quota; q != nil {
 			qkey := lv.QuotaKey
 			if qkey == nil {
-				sc.q = append(append(sc.q[:0], QuotaKeyPrefix...), key...)
+				sc.q = quota.AppendKey(sc.q[:0], quota.BudgetKey, key)
 				qkey = sc.q
 			}
 			start, end := q.per.Bounds(now)
@@ -122,17 +154,32 @@ func (t *Tree) requests(now int64, c *Call, sc *Scratch, ch *charges, cost int64
 			ch.n++
 		}
 	}
-	return plan, nil
+	return nil
+}
+
+// period returns the period of quota request i.
+func (ch *charges) period(c *Call, i int) quota.Period {
+	if ch.plan == nil {
+		return c.Quota.Period
+	}
+	return ch.plan.Levels[ch.from[i]].Quota.per
 }
 
 // limitedBy names request i of ch as limited_by reports it.
-func (ch *charges) limitedBy(plan *Plan, i int, sc *Scratch) []byte {
-	lv := &plan.Levels[ch.from[i]]
+func (ch *charges) limitedBy(i int, sc *Scratch) []byte {
+	if ch.plan == nil {
+		if ch.quota[i] {
+			sc.name = quota.AppendName(sc.name[:0], ch.reqs[i].Key[len(quota.InlineKey):])
+			return sc.name
+		}
+		return ch.reqs[i].Key
+	}
+	lv := &ch.plan.Levels[ch.from[i]]
 	switch {
 	case ch.quota[i] && lv.QuotaName != nil:
 		return lv.QuotaName
 	case ch.quota[i]:
-		sc.name = append(append(sc.name[:0], quotaNamePfx...), ch.reqs[i].Key[len(QuotaKeyPrefix):]...)
+		sc.name = quota.AppendName(sc.name[:0], ch.reqs[i].Key[len(quota.BudgetKey):])
 		return sc.name
 	case lv.Name != nil:
 		return lv.Name
@@ -141,21 +188,29 @@ func (ch *charges) limitedBy(plan *Plan, i int, sc *Scratch) []byte {
 }
 
 // Acquire runs c against the store at now: every level of the plan is
-// charged, or none (SPEC §4 rule 3). WAIT comes from the call, else from a
-// queue strategy's max_wait_ms; a refusal by a level whose strategy is
-// degrade lets the call through as allowed=2 without consuming.
+// charged, or none (docs/budgets.md). WAIT comes from the call, else from
+// a queue strategy's max_wait_ms; a refusal by a level whose strategy is
+// degrade lets the call through as allowed=2 without consuming. An inline
+// call costs 1 unless it says otherwise; a budget call its node's cost.
 func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcome, error) {
 	var ch charges
-	plan, _, ok := t.Resolve(c.Path)
-	if !ok {
-		return Outcome{}, NoBudget(c.Path)
+	cost, wait := int64(1), c.WaitMs
+	var out Outcome
+	if !c.Inline() {
+		plan, _, ok := t.Resolve(c.Path)
+		if !ok {
+			return Outcome{}, NoBudget(c.Path)
+		}
+		cfg := &plan.Config.Config
+		cost, out.Label = cfg.Cost, plan.Config.label
+		if !c.HasWait && cfg.Strategy == Queue {
+			wait = cfg.MaxWaitMs
+		}
 	}
-	cfg := &plan.Config.Config
-	cost := cfg.Cost
 	if c.HasCost {
 		cost = c.Cost
 	}
-	if _, err := t.requests(now, c, sc, &ch, cost); err != nil {
+	if err := t.charge(now, c, sc, &ch, cost); err != nil {
 		return Outcome{}, err
 	}
 	n := ch.n
@@ -166,23 +221,23 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 			}
 		}
 	}
-	out := Outcome{Cost: cost, Label: plan.Config.label, Levels: n}
+	out.Cost, out.Levels = cost, n
 	if n == 0 {
 		out.Allowed, out.Unlimited, out.LimitedBy = 1, true, c.Path
 		out.Result = engine.Result{Allowed: true, Remaining: -1, Limit: -1}
 		return out, nil
 	}
-	wait := c.WaitMs
-	if !c.HasWait && cfg.Strategy == Queue {
-		wait = cfg.MaxWaitMs
+	var r engine.Result
+	if n == 1 {
+		r = s.Acquire(now, ch.reqs[0], wait*int64(time.Millisecond), c.DryRun)
+	} else {
+		r = s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
 	}
-	r := s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
-	lv := &plan.Levels[ch.from[r.Level]]
-	out.Result, out.LimitedBy = r, ch.limitedBy(plan, r.Level, sc)
+	out.Result, out.LimitedBy = r, ch.limitedBy(r.Level, sc)
 	switch {
 	case r.Allowed:
 		out.Allowed = 1
-	case lv.Node.Config.Strategy == Degrade:
+	case ch.plan != nil && ch.plan.Levels[ch.from[r.Level]].Node.Config.Strategy == Degrade:
 		out.Allowed = 2
 	}
 	return out, nil
@@ -192,25 +247,30 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 // and describes the target's tightest level afterwards.
 func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
 	var ch charges
-	plan, err := t.requests(now, c, sc, &ch, 0)
-	if err != nil {
+	if err := t.charge(now, c, sc, &ch, 0); err != nil {
 		return Outcome{}, err
 	}
 	for i := 0; i < ch.n; i++ {
 		r := &ch.reqs[i]
 		if ch.quota[i] {
 			s.RefundQuota(now, r, n)
-		} else {
-			s.Refund(now, engine.SpaceBudget, r.Key, r.Limit, n)
+			continue
+		}
+		res, _ := s.Refund(now, r.Space, r.Key, r.Limit, n)
+		if ch.n == 1 && ch.plan == nil {
+			// An inline bucket alone: the refund describes it.
+			return Outcome{Allowed: 1, Result: res, LimitedBy: c.Path, Levels: 1}, nil
 		}
 	}
 	if ch.n == 0 {
-		return Outcome{Allowed: 1, Unlimited: true, LimitedBy: c.Path, Label: plan.Config.label,
+		return Outcome{Allowed: 1, Unlimited: true, LimitedBy: c.Path, Label: ch.plan.Config.label,
 			Result: engine.Result{Allowed: true, Remaining: -1, Limit: -1}}, nil
 	}
 	peek := *c
 	peek.Cost, peek.HasCost, peek.DryRun, peek.HasWait, peek.WaitMs = 0, true, true, true, 0
-	return t.Acquire(s, now, &peek, sc)
+	out, err := t.Acquire(s, now, &peek, sc)
+	out.Allowed = 1
+	return out, err
 }
 
 // Reset forgets the target's own bucket (for the call's subject) and
@@ -218,36 +278,25 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 // left alone.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
 	var ch charges
-	plan, err := t.requests(0, c, sc, &ch, 0)
-	if err != nil {
+	if err := t.charge(0, c, sc, &ch, 0); err != nil {
 		return false, err
 	}
 	for i := 0; i < ch.n; i++ {
-		if !ch.quota[i] && plan.Levels[ch.from[i]].Own {
-			return s.Reset(engine.SpaceBudget, ch.reqs[i].Key), nil
+		if !ch.quota[i] && (ch.plan == nil || ch.plan.Levels[ch.from[i]].Own) {
+			return s.Reset(ch.reqs[i].Space, ch.reqs[i].Key), nil
 		}
 	}
 	return false, nil
 }
 
-// QuotaStatus describes one quota counter for RL.QUOTA.
-type QuotaStatus struct {
-	Level      []byte // the level as limited_by names it, without "quota:"
-	Limit      int64
-	Used       int64
-	Period     Period
-	Start, End int64 // the current period, Unix ns
-}
-
 // Quota describes the tightest of the quotas a call c would count against
 // at now (the one with the fewest tokens left; the deepest on a tie); ok is
 // false when none does.
-func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st QuotaStatus, ok bool, err error) {
+func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota.Status, ok bool, err error) {
 	var ch charges
-	if _, err = t.requests(now, c, sc, &ch, 0); err != nil {
+	if err = t.charge(now, c, sc, &ch, 0); err != nil {
 		return st, false, err
 	}
-	plan, _, _ := t.Resolve(c.Path)
 	k := 0
 	for i := 0; i < ch.n; i++ {
 		if ch.quota[i] {
@@ -260,22 +309,31 @@ func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st Quota
 	}
 	r := s.AcquireAll(now, ch.reqs[:k], 0, true)
 	q := &ch.reqs[r.Level]
-	name := ch.limitedBy(plan, r.Level, sc)
+	name := ch.limitedBy(r.Level, sc)
 	used := s.QuotaUsed(q)
-	return QuotaStatus{Level: name[len(quotaNamePfx):], Limit: r.Limit, Used: used,
-		Period: plan.Levels[ch.from[r.Level]].Quota.per, Start: q.PeriodStart, End: q.PeriodEnd}, true, nil
+	return quota.Status{Level: name[len(quota.NamePrefix):], Limit: r.Limit, Used: used,
+		Period: ch.period(c, r.Level), Start: q.PeriodStart, End: q.PeriodEnd}, true, nil
 }
 
 // QuotaKeys returns the counters RL.QUOTA RESET forgets for c: those of
 // the quotas of the target itself — its own counter (per subject where its
-// scope says so) and, when that is per node, its aggregate's.
+// scope says so) and, when that is per node, its aggregate's; an inline
+// call's own counter.
 func (t *Tree) QuotaKeys(c *Call, sc *Scratch) ([]string, error) {
 	var ch charges
-	plan, err := t.requests(0, c, sc, &ch, 0)
-	if err != nil {
+	if err := t.charge(0, c, sc, &ch, 0); err != nil {
 		return nil, err
 	}
 	var keys []string
+	plan := ch.plan
+	if plan == nil {
+		for i := 0; i < ch.n; i++ {
+			if ch.quota[i] {
+				keys = append(keys, string(ch.reqs[i].Key))
+			}
+		}
+		return keys, nil
+	}
 	perCall := false // the own counter's key comes from the call
 	for i := 0; i < ch.n; i++ {
 		if lv := &plan.Levels[ch.from[i]]; ch.quota[i] && lv.Own && lv.QuotaKey == nil {

@@ -22,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Sharing says how a node's limit relates to its children's.
@@ -79,7 +81,6 @@ var (
 	modeNames     = []string{"unlimited", "allocated", "shared"}
 	scopeNames    = []string{"global", "tenant", "user", "ip", "route"}
 	strategyNames = []string{"reject", "queue", "degrade"}
-	periodNames   = []string{"hour", "day", "week", "month", "year"}
 )
 
 func (s Sharing) String() string  { return sharingNames[s] }
@@ -109,20 +110,20 @@ type Config struct {
 	Quota           *Quota
 }
 
-// Quota is a calendar quota: Limit tokens per Period in Timezone.
+// Quota is a calendar quota: Limit tokens per quota.Period in Timezone.
 type Quota struct {
 	Limit    int64
 	Period   string
 	Timezone string
 
-	per Period       // Period and Timezone, parsed
+	per quota.Period // Period and Timezone, parsed
 	lim engine.Limit // the engine's limit for the counter
 }
 
 // prepare parses the period and zone and builds the counter's limit.
 func (q *Quota) prepare() error {
 	var err error
-	if q.per, err = ParsePeriod(q.Period, q.Timezone); err != nil {
+	if q.per, err = quota.ParsePeriod(q.Period, q.Timezone); err != nil {
 		return err
 	}
 	if q.lim, err = engine.NewQuotaLimit(q.Limit, q.per.Code()); err != nil {
@@ -132,7 +133,7 @@ func (q *Quota) prepare() error {
 }
 
 // Per returns the quota's period.
-func (q *Quota) Per() Period { return q.per }
+func (q *Quota) Per() quota.Period { return q.per }
 
 // Defaults for fields a config leaves out.
 const (
@@ -144,12 +145,7 @@ const (
 
 // Error is a rejected budget configuration or operation. Code is the Redis
 // error code the reply carries (ERR or BUDGET).
-type Error struct {
-	Code string
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Code + " " + e.Msg }
+type Error = fault.Error
 
 func errf(format string, a ...any) error { return &Error{Code: "ERR", Msg: fmt.Sprintf(format, a...)} }
 
@@ -366,10 +362,10 @@ func (js *configJSON) config() (Config, error) {
 			return c, err
 		}
 		if q.Period != nil {
-			if i, err = enumField(q.Period, "quota.period", periodNames); err != nil {
+			if i, err = enumField(q.Period, "quota.period", quota.PeriodNames); err != nil {
 				return c, err
 			}
-			qt.Period = periodNames[i]
+			qt.Period = quota.PeriodNames[i]
 		}
 		if q.Timezone != nil {
 			qt.Timezone = *q.Timezone
@@ -590,18 +586,7 @@ func isInt(b []byte) bool {
 	return err == nil
 }
 
-func printable(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	out := []byte(string(b))
-	for i, c := range out {
-		if c < 0x20 || c == 0x7f || c == '\'' {
-			out[i] = '?'
-		}
-	}
-	return string(out)
-}
+func printable(b []byte) string { return fault.Printable(b) }
 
 // ParseWindow parses a window as engine.ParseWindow does, within 1ms to
 // 3650d, with an error that says what is accepted.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Node is one configured budget node with everything derived from its
@@ -66,13 +67,6 @@ type Level struct {
 	QuotaName []byte
 	QuotaOnly bool
 }
-
-// Quota counter keys: the budget space's are "b|" and the level's bucket
-// key; inline quotas use "i|" and the call's key (commands package).
-const (
-	QuotaKeyPrefix = "b|"
-	quotaNamePfx   = "quota:"
-)
 
 // Plan is every bucket one call to a path charges, aggregates (root first)
 // before the target's own bucket.
@@ -331,8 +325,8 @@ func withQuotas(levels []Level) {
 	for i := range levels {
 		lv := &levels[i]
 		if lv.Quota = lv.Node.Config.Quota; lv.Quota != nil && lv.Key != nil {
-			lv.QuotaKey = []byte(QuotaKeyPrefix + string(lv.Key))
-			lv.QuotaName = []byte(quotaNamePfx + string(lv.Name))
+			lv.QuotaKey = []byte(quota.BudgetKey + string(lv.Key))
+			lv.QuotaName = []byte(quota.NamePrefix + string(lv.Name))
 		}
 	}
 }

@@ -72,7 +72,7 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteError(err.Error())
 			return
 		}
-		ctx.write(&raftfsm.Entry{Type: raftfsm.SetBudget, Path: path, Config: &cfg}, ctx.okWarn)
+		ctx.okWarn(ctx.Env.Service.SetBudget(path, &cfg))
 	case eq(sub, "DEL") && (len(a) == 3 || len(a) == 4):
 		if !adminRole(ctx) {
 			return
@@ -82,8 +82,11 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteError(errSyntax)
 			return
 		}
-		ctx.write(&raftfsm.Entry{Type: raftfsm.DelBudget, Path: string(a[2]), Recursive: recursive},
-			func(r raftfsm.Response) { ctx.Conn.WriteInt(r.N) })
+		if n, err := ctx.Env.Service.DelBudget(string(a[2]), recursive); err != nil {
+			ctx.Conn.WriteError(err.Error())
+		} else {
+			ctx.Conn.WriteInt(n)
+		}
 	case eq(sub, "IMPORT") && len(a) >= 3:
 		if !adminRole(ctx) {
 			return
@@ -93,13 +96,13 @@ func budgetCmd(ctx *Ctx) {
 				" (8 MiB, about 100,000 nodes) go in one Raft entry: split the tree into several IMPORTs without REPLACE")
 			return
 		}
-		e := raftfsm.Entry{Type: raftfsm.ImportBudgets}
+		replace, ifEmpty := false, false
 		for _, opt := range a[3:] {
 			switch {
 			case eq(opt, "REPLACE"):
-				e.Replace = true
+				replace = true
 			case eq(opt, "IFEMPTY"):
-				e.IfEmpty = true
+				ifEmpty = true
 			default:
 				ctx.Conn.WriteError("ERR syntax error near '" + printable(opt, 64) + "' (RL.BUDGET IMPORT json [REPLACE] [IFEMPTY])")
 				return
@@ -110,8 +113,7 @@ func budgetCmd(ctx *Ctx) {
 			ctx.Conn.WriteError(err.Error())
 			return
 		}
-		e.Budgets = cfgs
-		ctx.write(&e, ctx.okWarn)
+		ctx.okWarn(ctx.Env.Service.ImportBudgets(cfgs, replace, ifEmpty))
 	default:
 		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) +
 			"'. Try RL.BUDGET SET, GET, DEL, LIST, EXPORT or IMPORT.")
@@ -139,9 +141,15 @@ func (ctx *Ctx) readState(consistent bool) (*raftfsm.State, bool) {
 	return st, true
 }
 
-func (ctx *Ctx) okWarn(r raftfsm.Response) {
-	if r.Warn != "" {
-		ctx.Conn.WriteString("OK WARN " + strings.ReplaceAll(r.Warn, "\n", " "))
+// okWarn renders the outcome of a budget write: OK, with a warning if
+// the change came with one.
+func (ctx *Ctx) okWarn(warn string, err error) {
+	switch {
+	case err != nil:
+		ctx.Conn.WriteError(err.Error())
+		return
+	case warn != "":
+		ctx.Conn.WriteString("OK WARN " + strings.ReplaceAll(warn, "\n", " "))
 		return
 	}
 	ctx.Conn.WriteString(okReply)
@@ -165,6 +173,16 @@ type budgetLabels struct {
 
 var labelMu sync.Mutex
 
+// count records an admission decision in the metrics of its budget label
+// (inline calls: label "").
+func (env *Env) count(tree *budget.Tree, label string, allowed int, cost int64) {
+	if tree == nil {
+		env.Metrics.inline.count(allowed, cost)
+		return
+	}
+	env.counters(tree, label).count(allowed, cost)
+}
+
 func (env *Env) counters(tree *budget.Tree, label string) acquireCounters {
 	c := env.labels.Load()
 	if c == nil || c.tree != tree {
@@ -182,66 +200,4 @@ func (env *Env) counters(tree *budget.Tree, label string) acquireCounters {
 		return a
 	}
 	return env.Metrics.inline
-}
-
-// budgetAcquire runs the budget form of RL.ACQUIRE (and RL.PEEK: dry run).
-func budgetAcquire(ctx *Ctx, la *limitArgs, peek bool) {
-	tree := ctx.Env.Cluster.State().Tree
-	call := budget.Call{Path: la.target, Subject: la.subject, Cost: la.cost, HasCost: la.hasCost,
-		WaitMs: la.waitMs, HasWait: la.hasWait || peek, DryRun: la.dryRun || peek, Quotas: ctx.Env}
-	now := ctx.Now()
-	out, err := tree.Acquire(ctx.Env.Store, now, &call, &ctx.S.scratch)
-	if err != nil {
-		ctx.Conn.WriteError(err.Error())
-		return
-	}
-	r := &out.Result
-	if out.Allowed == 1 && r.Wait > 0 && !call.DryRun {
-		if ctx.hold(r.Wait) {
-			// Describe the levels as they are now, when the reply goes out.
-			peek := budget.Call{Path: call.Path, Subject: call.Subject, HasCost: true, HasWait: true, DryRun: true, Quotas: call.Quotas}
-			if cur, err := tree.Acquire(ctx.Env.Store, ctx.Env.Clock(), &peek, &ctx.S.scratch); err == nil {
-				r.Remaining, r.ResetAfter = cur.Result.Remaining, cur.Result.ResetAfter
-			}
-		} else {
-			later := ctx.Env.Clock()
-			back, _ := tree.Refund(ctx.Env.Store, later, &call, out.Cost, &ctx.S.scratch)
-			out.Allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
-			r.Remaining, r.ResetAfter = back.Result.Remaining, back.Result.ResetAfter
-		}
-	}
-	if !call.DryRun {
-		ctx.Env.counters(tree, out.Label).count(out.Allowed, out.Cost)
-	}
-	writeResult(ctx, out.Allowed, r, out.LimitedBy)
-}
-
-// budgetTarget reports whether path resolves in the budget tree.
-func budgetTarget(ctx *Ctx, path []byte) bool {
-	_, _, ok := ctx.Env.Cluster.State().Tree.Resolve(path)
-	return ok
-}
-
-func budgetRefund(ctx *Ctx, la *limitArgs) {
-	tree := ctx.Env.Cluster.State().Tree
-	call := budget.Call{Path: la.target, Subject: la.subject, Quotas: ctx.Env}
-	out, err := tree.Refund(ctx.Env.Store, ctx.Now(), &call, la.cost, &ctx.S.scratch)
-	if err != nil {
-		ctx.Conn.WriteError(err.Error())
-		return
-	}
-	writeResult(ctx, 1, &out.Result, out.LimitedBy)
-}
-
-func budgetReset(ctx *Ctx, la *limitArgs) {
-	tree := ctx.Env.Cluster.State().Tree
-	ok, err := tree.Reset(ctx.Env.Store, &budget.Call{Path: la.target, Subject: la.subject}, &ctx.S.scratch)
-	switch {
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-	case ok:
-		ctx.Conn.WriteInt(1)
-	default:
-		ctx.Conn.WriteInt(0)
-	}
 }

@@ -35,15 +35,17 @@ func testEnv(t testing.TB) *Env {
 	close(done) // WAIT returns at once: the fuzzer must not sleep
 	store := engine.New(engine.Options{Shards: 4, MaxBuckets: 10000})
 	store.SetQuotaSource(node.FSM())
-	return &Env{
+	env := &Env{
 		Store:   store,
-		Quotas:  node.FSM(),
 		Now:     func() int64 { return int64(19676*86400) * int64(time.Second) },
 		Clients: NewClients(), Auth: NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
 		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,
 		Settings: func() []Setting { return nil },
 		Cluster:  node,
 	}
+	env.Service = env.NewService()
+	env.Service.Cluster, env.Service.Quotas = node, node.FSM()
+	return env
 }
 
 // FuzzCommands feeds arbitrary argument vectors (split on 0x00) to every

@@ -7,6 +7,8 @@ import (
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // MaxWaitMs bounds WAIT: a held connection costs a goroutine and a timer,
@@ -55,7 +57,7 @@ type limitArgs struct {
 	// Inline calendar quota (QUOTA n PER period [TZ zone]).
 	hasQuota bool
 	quota    int64
-	period   budget.Period
+	period   quota.Period
 	cost     int64
 	hasCost  bool
 	waitMs   int64
@@ -169,7 +171,7 @@ func (la *limitArgs) parseQuota(args [][]byte, i int) (int, string) {
 		}
 		break
 	}
-	p, err := budget.ParsePeriod(period, zone)
+	p, err := quota.ParsePeriod(period, zone)
 	if err != nil {
 		return i, strings.Replace(err.Error(), "quota period", "QUOTA … PER", 1)
 	}
@@ -179,12 +181,6 @@ func (la *limitArgs) parseQuota(args [][]byte, i int) (int, string) {
 
 // inline reports whether the call carries its own limit (RATE or QUOTA).
 func (la *limitArgs) inline() bool { return la.hasRate || la.hasQuota }
-
-// quotaLimit builds the inline quota's limit.
-func (la *limitArgs) quotaLimit() engine.Limit {
-	l, _ := engine.NewQuotaLimit(la.quota, la.period.Code()) // both checked by parseQuota
-	return l
-}
 
 // limit builds the inline limit, or the reply explaining why it cannot.
 func (la *limitArgs) limit() (engine.Limit, string) {
@@ -227,36 +223,38 @@ func writeResult(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
 	c.WriteBulk(limitedBy)
 }
 
-// hold blocks this connection until a reservation is due. It returns false
-// if the server began to stop first.
-func (ctx *Ctx) hold(ns int64) bool {
-	t := time.NewTimer(time.Duration(ns))
-	defer t.Stop()
-	ctx.Env.Metrics.waiting.Inc()
-	defer ctx.Env.Metrics.waiting.Dec()
-	var gone <-chan struct{}
+// Watcher is a connection that can tell, while a call is held, that its
+// client has gone away (the server's connections are). A client that went
+// away has its queued commands dropped.
+type Watcher = limiter.Watcher
+
+// watcher returns the connection as a Watcher, or nil.
+func (ctx *Ctx) watcher() Watcher {
 	if w, ok := ctx.Conn.(Watcher); ok {
-		var stop func()
-		gone, stop = w.Watch()
-		defer stop()
+		return w
 	}
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Env.Shutdown:
-		return false
-	case <-gone:
-		return false // the client went away: its reservation goes back
-	}
+	return nil
 }
 
-// Watcher is a connection that can tell, while a call is held, that its
-// client has gone away (the server's connections are).
-type Watcher interface {
-	// Watch returns a channel closed when the client disconnects, and a
-	// function to call when the hold ends; it returns once watching has
-	// stopped. A client that went away has its queued commands dropped.
-	Watch() (gone <-chan struct{}, stop func())
+// call builds the service call of parsed arguments; rate is the inline
+// bucket's limit (nil for none), spec the inline quota's.
+func (la *limitArgs) call(rate *engine.Limit, spec *quota.Spec) budget.Call {
+	c := budget.Call{Path: la.target, Subject: la.subject, Rate: rate, Cost: la.cost, HasCost: la.hasCost,
+		WaitMs: la.waitMs, HasWait: la.hasWait, DryRun: la.dryRun}
+	if la.hasQuota {
+		*spec = quota.Spec{N: la.quota, Period: la.period}
+		c.Quota = spec
+	}
+	return c
+}
+
+// reply renders an outcome, or the error.
+func (ctx *Ctx) reply(out *limiter.Outcome, err error) {
+	if err != nil {
+		ctx.Conn.WriteError(err.Error())
+		return
+	}
+	writeResult(ctx, out.Allowed, &out.Result, out.LimitedBy)
 }
 
 func acquireCmd(ctx *Ctx) {
@@ -285,210 +283,57 @@ func acquireCmd(ctx *Ctx) {
 	if !ctx.checkKey(la.target) {
 		return
 	}
-	if !la.inline() {
-		budgetAcquire(ctx, &la, false)
-		return
+	var rate *engine.Limit
+	if la.hasRate {
+		ctx.S.lim = lim
+		rate = &ctx.S.lim
 	}
-	cost := int64(1)
-	if la.hasCost {
-		cost = la.cost
-	}
-	rate := &lim
-	if !la.hasRate {
-		rate = nil // a quota alone
-	}
-	now := ctx.Now()
-	r, limitedBy, room := ctx.inlineCall(&la, rate, now, cost, la.waitMs*int64(time.Millisecond), la.dryRun)
-	if !room {
-		ctx.Conn.WriteError(budget.ErrQuotaCountersFull.Error())
-		return
-	}
-	allowed := 0
-	if r.Allowed {
-		allowed = 1
-	}
-	if r.Allowed && r.Wait > 0 && !la.dryRun {
-		if ctx.hold(r.Wait) {
-			// Describe the bucket as it is now, when the reply goes out.
-			cur, by, _ := ctx.inlineCall(&la, rate, ctx.Env.Clock(), 0, 0, true)
-			r.Remaining, r.ResetAfter, limitedBy = cur.Remaining, cur.ResetAfter, by
-		} else {
-			// Stopping: give the reserved tokens back rather than admit early.
-			later := ctx.Env.Clock()
-			back, by := ctx.inlineRefund(&la, rate, later, cost)
-			allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
-			r.Remaining, r.ResetAfter, limitedBy = back.Remaining, back.ResetAfter, by
-		}
-	}
-	if !la.dryRun {
-		ctx.Env.Metrics.inline.count(allowed, cost)
-	}
-	writeResult(ctx, allowed, &r, limitedBy)
+	call := la.call(rate, &ctx.S.spec)
+	out, err := ctx.Env.Service.Acquire(&call, &ctx.S.scratch, ctx.watcher())
+	ctx.reply(&out, err)
 }
 
-// inlineQuotaPrefix starts the counter key of an inline quota (budget
-// quotas use budget.QuotaKeyPrefix).
-const inlineQuotaPrefix = "i|"
-
-// inlineCall charges an inline call at now — its bucket under rate unless
-// rate is nil, and its quota if it has one — or with dry only evaluates
-// it. It returns the result and the limited_by of its tightest level;
-// room is false, and nothing is charged, when the call would start a quota
-// counter and there is no room for one (budget.ErrQuotaCountersFull).
-func (ctx *Ctx) inlineCall(la *limitArgs, rate *engine.Limit, now, cost, wait int64, dry bool) (r engine.Result, limitedBy []byte, room bool) {
-	if !la.hasQuota {
-		return ctx.Env.Store.Acquire(now, engine.Request{Key: la.target, Limit: rate, Cost: cost}, wait, dry), la.target, true
+// parseCall parses the arguments of RL.PEEK and RL.REFUND into a call,
+// or replies with the error.
+func (ctx *Ctx) parseCall(lim *engine.Limit, spec *quota.Spec) (la limitArgs, c budget.Call, ok bool) {
+	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optSubject)
+	if e == "" && la.hasRate {
+		*lim, e = la.limit()
 	}
-	qlim := la.quotaLimit()
-	var reqs [2]engine.Request
-	n := 0
-	if rate != nil {
-		reqs[0] = engine.Request{Key: la.target, Limit: rate, Cost: cost}
-		n = 1
+	if e != "" {
+		ctx.Conn.WriteError(e)
+		return la, c, false
 	}
-	reqs[n] = ctx.inlineQuota(la, &qlim, now, cost)
-	// (The key as ctx.S.qkey holds it: reqs would move to the heap.)
-	if cost > 0 && !dry && !ctx.Env.QuotaRoom(ctx.S.qkey) {
-		return r, nil, false
+	if !ctx.checkKey(la.target) {
+		return la, c, false
 	}
-	r = ctx.Env.Store.AcquireAll(now, reqs[:n+1], wait, dry)
-	if r.Level == n {
-		return r, ctx.quotaName(la.target), true
+	var rate *engine.Limit
+	if la.hasRate {
+		rate = lim
 	}
-	return r, la.target, true
-}
-
-// inlineQuota returns the request of an inline call's quota counter in the
-// period holding now (the store adds the cluster's committed count).
-func (ctx *Ctx) inlineQuota(la *limitArgs, qlim *engine.Limit, now, cost int64) engine.Request {
-	key := append(append(ctx.S.qkey[:0], inlineQuotaPrefix...), la.target...)
-	ctx.S.qkey = key
-	start, end := la.period.Bounds(now)
-	return engine.Request{Space: engine.SpaceQuota, Key: key, Limit: qlim, Cost: cost, PeriodStart: start, PeriodEnd: end}
-}
-
-// quotaName is limited_by for a quota: "quota:" and the level.
-func (ctx *Ctx) quotaName(level []byte) []byte {
-	ctx.S.qname = append(append(ctx.S.qname[:0], "quota:"...), level...)
-	return ctx.S.qname
-}
-
-// inlineRefund gives n tokens back to an inline call's bucket (unless rate
-// is nil) and quota, and describes the call afterwards.
-func (ctx *Ctx) inlineRefund(la *limitArgs, rate *engine.Limit, now, n int64) (engine.Result, []byte) {
-	if !la.hasQuota {
-		r, _ := ctx.Env.Store.Refund(now, engine.SpaceInline, la.target, rate, n)
-		return r, la.target
-	}
-	if rate != nil {
-		ctx.Env.Store.Refund(now, engine.SpaceInline, la.target, rate, n)
-	}
-	qlim := la.quotaLimit()
-	q := ctx.inlineQuota(la, &qlim, now, 0)
-	ctx.Env.Store.RefundQuota(now, &q, n)
-	r, by, _ := ctx.inlineCall(la, rate, now, 0, 0, true)
-	r.Allowed = true
-	return r, by
+	return la, la.call(rate, spec), true
 }
 
 func peekCmd(ctx *Ctx) {
-	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optSubject)
-	if e != "" {
-		ctx.Conn.WriteError(e)
-		return
-	}
-	if !ctx.checkKey(la.target) {
-		return
-	}
-	if !la.inline() && budgetTarget(ctx, la.target) {
-		budgetAcquire(ctx, &la, true)
-		return
-	}
-	lim, hasRate, ok := inlineRate(ctx, &la)
+	_, call, ok := ctx.parseCall(&ctx.S.lim, &ctx.S.spec)
 	if !ok {
 		return
 	}
-	rate := &lim
-	if !hasRate {
-		rate = nil
-	}
-	cost := int64(1)
-	if la.hasCost {
-		cost = la.cost
-	}
-	r, by, _ := ctx.inlineCall(&la, rate, ctx.Now(), cost, 0, true)
-	allowed := 0
-	if r.Allowed {
-		allowed = 1
-	}
-	writeResult(ctx, allowed, &r, by)
-}
-
-// inlineRate returns the bucket limit an inline PEEK or REFUND works
-// with: none (hasRate false) for a quota alone, else as inlineLimit.
-func inlineRate(ctx *Ctx, la *limitArgs) (l engine.Limit, hasRate, ok bool) {
-	if la.hasQuota && !la.hasRate {
-		if la.subject != nil {
-			ctx.Conn.WriteError("ERR KEY belongs to the budget form; an inline limit's key is the first argument")
-			return l, false, false
-		}
-		return l, false, true
-	}
-	l, ok = inlineLimit(ctx, la)
-	return l, true, ok
-}
-
-// inlineLimit returns the limit an inline PEEK or REFUND works with: the
-// one given, else the bucket's own. It replies and returns false if there is
-// neither.
-func inlineLimit(ctx *Ctx, la *limitArgs) (engine.Limit, bool) {
-	if la.subject != nil {
-		ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(la.target, 256) + "'; KEY applies to budget paths only")
-		return engine.Limit{}, false
-	}
-	if la.hasRate {
-		l, e := la.limit()
-		if e != "" {
-			ctx.Conn.WriteError(e)
-			return l, false
-		}
-		return l, true
-	}
-	if l, ok := ctx.Env.Store.Limit(engine.SpaceInline, la.target); ok {
-		return l, true
-	}
-	ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(la.target, 256) +
-		"' and no bucket for that key; give RATE … to name an inline limit")
-	return engine.Limit{}, false
+	out, err := ctx.Env.Service.Peek(&call, &ctx.S.scratch)
+	ctx.reply(&out, err)
 }
 
 func refundCmd(ctx *Ctx) {
-	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optSubject)
-	if e != "" {
-		ctx.Conn.WriteError(e)
+	la, call, ok := ctx.parseCall(&ctx.S.lim, &ctx.S.spec)
+	if !ok {
 		return
 	}
 	if !la.hasCost {
 		ctx.Conn.WriteError("ERR COST is required: RL.REFUND key COST n")
 		return
 	}
-	if !ctx.checkKey(la.target) {
-		return
-	}
-	if !la.inline() && budgetTarget(ctx, la.target) {
-		budgetRefund(ctx, &la)
-		return
-	}
-	lim, hasRate, ok := inlineRate(ctx, &la)
-	if !ok {
-		return
-	}
-	rate := &lim
-	if !hasRate {
-		rate = nil
-	}
-	r, by := ctx.inlineRefund(&la, rate, ctx.Now(), la.cost)
-	writeResult(ctx, 1, &r, by)
+	out, err := ctx.Env.Service.Refund(&call, la.cost, &ctx.S.scratch)
+	ctx.reply(&out, err)
 }
 
 func resetCmd(ctx *Ctx) {
@@ -497,17 +342,13 @@ func resetCmd(ctx *Ctx) {
 		ctx.Conn.WriteError(e)
 		return
 	}
-	if budgetTarget(ctx, la.target) {
-		budgetReset(ctx, &la)
-		return
-	}
-	if la.subject != nil {
-		ctx.Conn.WriteError("NOBUDGET no budget node on path '" + printable(la.target, 256) + "'; KEY applies to budget paths only")
-		return
-	}
-	if ctx.Env.Store.Reset(engine.SpaceInline, la.target) {
+	ok, err := ctx.Env.Service.Reset(&budget.Call{Path: la.target, Subject: la.subject}, &ctx.S.scratch)
+	switch {
+	case err != nil:
+		ctx.Conn.WriteError(err.Error())
+	case ok:
 		ctx.Conn.WriteInt(1)
-	} else {
+	default:
 		ctx.Conn.WriteInt(0)
 	}
 }
@@ -602,15 +443,20 @@ func throttleCmd(ctx *Ctx) {
 		ctx.Conn.WriteError("Cell error: quantity must be an integer between 0 and " + strconv.FormatInt(engine.MaxCost, 10))
 		return
 	}
-	r := ctx.Env.Store.Acquire(ctx.Now(), engine.Request{Key: a[1], Limit: &lim, Cost: qty}, 0, false)
+	ctx.S.lim = lim
+	call := budget.Call{Path: a[1], Rate: &ctx.S.lim, Cost: qty, HasCost: true}
+	out, err := ctx.Env.Service.Acquire(&call, &ctx.S.scratch, nil)
+	if err != nil {
+		ctx.Conn.WriteError(err.Error())
+		return
+	}
+	r := &out.Result
 	limited, retry := 1, int64(-1)
 	if r.Allowed {
 		limited = 0
 	} else if r.RetryAfter >= 0 {
 		retry = cellSeconds(r.RetryAfter)
 	}
-	allowed := 1 - limited
-	ctx.Env.Metrics.inline.count(allowed, qty)
 	c := ctx.Conn
 	c.WriteArray(5)
 	c.WriteInt(limited)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/tidwall/redcon"
 
-	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Role is what an authenticated user may do.
@@ -88,7 +88,11 @@ type Session struct {
 	caching  bool
 
 	ctx     Ctx
-	scratch budget.Scratch
+	scratch limiter.Scratch
+	// The limits of the call in progress: the service call points to them,
+	// so they live here rather than on the stack.
+	lim  engine.Limit
+	spec quota.Spec
 	// qkey and qname hold an inline quota's counter key and limited_by.
 	qkey, qname []byte
 
@@ -353,25 +357,10 @@ type Env struct {
 	SyncInterval time.Duration
 	// Peers records the consumption messages of other nodes.
 	Peers Peers
-	// Quotas holds the cluster's committed quota counts (the Raft state
-	// machine); nil counts only this node's.
-	Quotas QuotaState
+	// Service is the limiter every limiting command calls.
+	Service *limiter.Service
 
 	labels atomic.Pointer[budgetLabels]
-}
-
-// QuotaRoom reports whether a call may count against the quota counter
-// key: the counter exists, here or in the cluster, or the cluster has room
-// for another (--max-quota-counters).
-func (env *Env) QuotaRoom(key []byte) bool {
-	return env.Quotas == nil || env.Store.HasQuota(key) || env.Quotas.QuotaRoom(key)
-}
-
-// QuotaState is the committed quota counters; *raftfsm.FSM implements it.
-type QuotaState interface {
-	QuotaUsed(key []byte, start, end int64) int64
-	QuotaRoom(key []byte) bool
-	Quota(key string) (raftfsm.QuotaItem, bool)
 }
 
 // Setting is one configuration value as CONFIG GET shows it.
@@ -392,4 +381,11 @@ type InfoField struct {
 func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx {
 	s.ctx = Ctx{Conn: c, Args: args, S: s, Env: env, Cmd: cmd}
 	return &s.ctx
+}
+
+// NewService returns a limiter on env's store, with env's clock, shutdown
+// and metrics; the caller adds the cluster.
+func (env *Env) NewService() *limiter.Service {
+	return &limiter.Service{Store: env.Store, Clock: env.Clock, Shutdown: env.Shutdown,
+		Waiting: func(d int) { env.Metrics.waiting.Add(float64(d)) }, Counted: env.count}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/sluice-rl/sluice/fault"
 )
 
 // Options configures a Node.
@@ -127,17 +128,9 @@ var (
 
 // Error is a cluster error with its reply code. Retry marks an error after
 // which the same write may be tried again, here or at a new leader.
-type Error struct {
-	Code, Msg string
-	Retry     bool
-}
+type Error = fault.Error
 
-func (e *Error) Error() string { return e.Code + " " + e.Msg }
-
-func retryable(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Retry
-}
+func retryable(err error) bool { return fault.Retryable(err) }
 
 // signal is a broadcast: wait returns a channel that fire closes.
 type signal struct {

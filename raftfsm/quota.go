@@ -1,42 +1,20 @@
 package raftfsm
 
 import (
-	"encoding/json"
 	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/quota"
 )
 
-// QuotaItem is what one quota counter used in one period [Start, End),
-// in Unix ns. In a QuotaAdd entry Used is an increment (negative for
-// refunds); in the state it is the period's committed total, never below
-// zero. Period names the kind of period and its time zone ("month UTC")
-// and Limit the quota, as the proposer last charged them, for RL.QUOTA.
-type QuotaItem struct {
-	Key    QuotaKey `json:"k"`
-	Start  int64    `json:"s"`
-	End    int64    `json:"e"`
-	Used   int64    `json:"n"`
-	Limit  int64    `json:"l,omitempty"`
-	Period string   `json:"p,omitempty"`
-}
+// QuotaItem is one quota counter's count in one period (quota.Item).
+type QuotaItem = quota.Item
 
-// QuotaKey is a counter's key: any bytes (a client's key, a subject),
-// written in JSON as base64 so that bytes that are not UTF-8 survive.
-type QuotaKey string
-
-func (k QuotaKey) MarshalJSON() ([]byte, error) { return json.Marshal([]byte(k)) }
-
-func (k *QuotaKey) UnmarshalJSON(b []byte) error {
-	var raw []byte
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	*k = QuotaKey(raw)
-	return nil
-}
+// QuotaKey is a quota counter's key (quota.Key).
+type QuotaKey = quota.Key
 
 // maxQuotaUsed caps a committed count, far above any quota, so that sums
 // of increments cannot overflow.

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/internal/respclient"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -99,7 +99,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 		return nil, err
 	}
 	s.env.Cluster = rn
-	s.env.Quotas = rn.FSM()
+	s.env.Service.Cluster, s.env.Service.Quotas = rn, rn.FSM()
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
 	s.env.Store.SetQuotaSource(rn.FSM())
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
@@ -110,7 +110,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	peerClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
 	y := newSyncer(n, peerClient)
 	go y.run(cfg.SyncInterval)
-	go newQuotaSyncer(n, cfg.MaxBulkLen).run(cfg.SyncInterval)
+	n.startQuotaSync(&cfg)
 	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
 	go newLeaser(n, leaseClient).run()
 	s.Serve()
@@ -160,7 +160,11 @@ func (n *Node) seed(path string) {
 		n.log.Error("--budgets", "err", err)
 		return
 	}
-	if _, err := budget.ParseExport(b); err != nil {
+	cfgs, err := budget.ParseExport(b)
+	if err == nil && len(b) > commands.MaxImportBytes {
+		err = fmt.Errorf("the file is %d bytes; at most %d go in one Raft entry", len(b), commands.MaxImportBytes)
+	}
+	if err != nil {
 		n.log.Error("--budgets: not imported", "file", path, "err", err)
 		return
 	}
@@ -176,16 +180,16 @@ func (n *Node) seed(path string) {
 		if _, _, ok := n.Raft.Leader(); !ok {
 			continue
 		}
-		reply := string(n.Server.env.Run("RL.BUDGET", "IMPORT", string(b), "IFEMPTY"))
+		warn, err := n.Server.env.Service.ImportBudgets(cfgs, false, true)
 		switch {
-		case strings.HasPrefix(reply, "+OK"):
-			n.log.Info("budget tree seeded", "file", path, "reply", strings.TrimSpace(reply[1:]))
+		case err == nil:
+			n.log.Info("budget tree seeded", "file", path, "warn", warn)
 			return
-		case !strings.HasPrefix(reply, "-TRYAGAIN"):
-			n.log.Error("--budgets: not imported", "file", path, "reply", strings.TrimSpace(reply))
+		case fault.Code(err) != "TRYAGAIN":
+			n.log.Error("--budgets: not imported", "file", path, "err", err)
 			return
 		}
-		n.log.Warn("seeding budgets: will retry", "reply", strings.TrimSpace(reply))
+		n.log.Warn("seeding budgets: will retry", "err", err)
 	}
 }
 

@@ -77,6 +77,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 		SyncInterval: cfg.SyncInterval,
 	}
+	s.env.Service = s.env.NewService()
 	s.env.Settings = func() []commands.Setting {
 		var out []commands.Setting
 		for _, kv := range s.cfg.Settings() {

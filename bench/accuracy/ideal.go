@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // simulator is one exact node: it decides calls of cost 1 at the times
@@ -69,12 +70,12 @@ func (r *rateSim) acquire(now int64) bool {
 type quotaSim struct {
 	store  *engine.Store
 	lim    engine.Limit
-	period budget.Period
+	period quota.Period
 	key    []byte
 }
 
 func newQuotaSim(key string, n int64) (*quotaSim, error) {
-	p, err := budget.ParsePeriod("day", "")
+	p, err := quota.ParsePeriod("day", "")
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,21 @@
-package budget
+package quota
 
 import (
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/fault"
 )
 
 // PeriodKind is the length of a calendar quota's period.
 type PeriodKind uint8
 
-// Period kinds, in the order of periodNames.
+// PeriodNames are the kinds of period, in the order of PeriodKind.
+var PeriodNames = []string{"hour", "day", "week", "month", "year"}
+
+// Period kinds, in the order of PeriodNames.
 const (
 	Hour PeriodKind = iota
 	Day
@@ -33,7 +38,7 @@ type Period struct {
 func ParsePeriod(name, zone string) (Period, error) {
 	p := Period{}
 	found := false
-	for i, n := range periodNames {
+	for i, n := range PeriodNames {
 		if strings.EqualFold(name, n) {
 			p.Kind, found = PeriodKind(i), true
 		}
@@ -50,13 +55,16 @@ func ParsePeriod(name, zone string) (Period, error) {
 }
 
 // String returns the period's name.
-func (p Period) String() string { return periodNames[p.Kind] }
+func (p Period) String() string { return PeriodNames[p.Kind] }
 
 // Zone returns the period's time zone name.
 func (p Period) Zone() string { return zones.list.Load().names[p.zone] }
 
-// Code packs the period into one positive integer, so that it can travel
-// in an engine.Limit (engine.NewQuotaLimit) and come back (PeriodOfCode).
+// Code packs the period into one positive integer, valid in this process
+// only: the engine keeps it in a quota counter's limit, so that counters
+// of different periods are different limits, and hands it back with the
+// pending counts (PeriodOfCode). Between processes a period travels as
+// text (MarshalText).
 func (p Period) Code() int64 { return int64(p.zone)<<3 | int64(p.Kind) + 1 }
 
 // PeriodOfCode is the inverse of Code.
@@ -68,6 +76,21 @@ func PeriodOfCode(c int64) (Period, bool) {
 		return Period{}, false
 	}
 	return Period{Kind: kind, zone: zone}, true
+}
+
+// MarshalText writes the period as "kind zone" ("month UTC"), the form in
+// which it travels between nodes.
+func (p Period) MarshalText() ([]byte, error) { return []byte(p.String() + " " + p.Zone()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (p *Period) UnmarshalText(b []byte) error {
+	name, zone, _ := strings.Cut(string(b), " ")
+	q, err := ParsePeriod(name, zone)
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
 }
 
 // lastBounds caches the last period computed for each period code: calls
@@ -184,6 +207,8 @@ type zoneList struct {
 	locs  []*time.Location
 }
 
+func errf(format string, a ...any) error { return fault.New("ERR", format, a...) }
+
 func zoneIndex(name string) (uint32, error) {
 	if name == "" {
 		name = "UTC"
@@ -191,7 +216,7 @@ func zoneIndex(name string) (uint32, error) {
 	if i, ok := zones.list.Load().index[name]; ok {
 		return i, nil
 	}
-	bad := errf("quota time zone '%s' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York", printable([]byte(name)))
+	bad := errf("quota time zone '%s' is not an IANA time zone name such as UTC, Europe/Paris or America/New_York", fault.Printable([]byte(name)))
 	// Only names spelt as the zone database spells them: "Local",
 	// "localtime" or "./UTC" would resolve differently from machine to
 	// machine, or not at all on one without a zone database.

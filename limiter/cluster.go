@@ -1,0 +1,56 @@
+package limiter
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/quota"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// SetBudget creates or replaces the budget node at path; warn, if not
+// empty, accompanies an accepted change (an overcommitted parent).
+func (s *Service) SetBudget(path string, cfg *budget.Config) (warn string, err error) {
+	r, err := s.write(&raftfsm.Entry{Type: raftfsm.SetBudget, Path: path, Config: cfg})
+	return r.Warn, err
+}
+
+// DelBudget deletes the node at path (and with recursive its subtree) and
+// returns how many nodes went.
+func (s *Service) DelBudget(path string, recursive bool) (int, error) {
+	r, err := s.write(&raftfsm.Entry{Type: raftfsm.DelBudget, Path: path, Recursive: recursive})
+	return r.N, err
+}
+
+// ImportBudgets loads exported nodes: with replace instead of the tree,
+// with ifEmpty only into an empty tree.
+func (s *Service) ImportBudgets(cfgs map[string]budget.Config, replace, ifEmpty bool) (warn string, err error) {
+	r, err := s.write(&raftfsm.Entry{Type: raftfsm.ImportBudgets, Budgets: cfgs, Replace: replace, IfEmpty: ifEmpty})
+	return r.Warn, err
+}
+
+// maxQuotaSkew is how far ahead of this node's clock a quota batch may be
+// stamped: clocks of nodes differ, by far less.
+const maxQuotaSkew = time.Hour
+
+// CommitQuotas commits a batch of origin's pending quota counts through
+// Raft and returns how many counters it changed. Batches from nodes that
+// are not members, empty ones, and ones stamped more than an hour ahead of
+// this node's clock are refused: one from the future would make every later
+// batch of that node look already counted (or purge counters early).
+func (s *Service) CommitQuotas(origin string, b *quota.Batch) (int, error) {
+	if _, ok := s.Cluster.State().Members[origin]; !ok {
+		return 0, fault.New("ERR", "RL.QUOTASYNC from '%s', which is not a member", fault.Printable([]byte(origin)))
+	}
+	if b.Seq == 0 || len(b.Quotas) == 0 {
+		return 0, fault.New("ERR", "RL.QUOTASYNC payload: not a batch of quota counts")
+	}
+	// Batch numbers are the sender's wall clock in ns, batch times its
+	// service clock.
+	if horizon := max(s.Clock(), time.Now().UnixNano()) + int64(maxQuotaSkew); b.Seq > uint64(horizon) || b.Now > horizon {
+		return 0, fault.New("ERR", "RL.QUOTASYNC payload: batch number or time more than an hour ahead of this node's clock")
+	}
+	r, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: origin, Seq: b.Seq, Now: b.Now, Quotas: b.Quotas})
+	return r.N, err
+}

@@ -1,0 +1,310 @@
+// Package limiter is the service core every front of sluice calls — the
+// RESP commands today, the Envoy gRPC and HTTP fronts, the background jobs
+// of a node. It takes typed calls and returns typed outcomes and
+// *fault.Error values; it knows nothing of any wire protocol.
+//
+// A call is either inline (its limits travel with it: a bucket under
+// Rate, a calendar quota under Quota) or addresses a budget path; both are
+// one plan of levels that budget.Tree charges all together or not at all.
+// A call admitted as a reservation (WAIT, or a queue strategy) is held
+// here until its tokens are due, and refunded here if its caller goes away
+// or the server stops first. See DESIGN.md.
+package limiter
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/quota"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// Call is one limiting call (budget.Call: inline when Rate or Quota is
+// set, else the budget form on Path).
+type Call = budget.Call
+
+// Outcome is the answer to a call.
+type Outcome = budget.Outcome
+
+// Scratch is a caller's reusable buffer for the keys and names a call
+// builds; one per connection (or goroutine), so that calls do not allocate.
+type Scratch struct {
+	b   budget.Scratch
+	lim engine.Limit // a bucket's own limit, when the call names none
+}
+
+// Cluster is the replicated state a service reads and writes; a
+// *raftfsm.Node wrapped by the server implements it.
+type Cluster interface {
+	// State is this replica's state, for the hot path.
+	State() *raftfsm.State
+	// ReadState is the state for a read (raftfsm.Node.ReadState).
+	ReadState(consistent bool) (*raftfsm.State, error)
+	// Write proposes an entry wherever the leader is.
+	Write(e *raftfsm.Entry) (raftfsm.Response, error)
+}
+
+// QuotaState is the cluster's committed quota counters (*raftfsm.FSM).
+type QuotaState interface {
+	QuotaRoom(key []byte) bool
+	Quota(key string) (raftfsm.QuotaItem, bool)
+}
+
+// Watcher tells a held call that its caller has gone away.
+type Watcher interface {
+	// Watch returns a channel closed when the caller goes away, and a
+	// function to call when the hold ends.
+	Watch() (gone <-chan struct{}, stop func())
+}
+
+// Service is the limiter of one node.
+type Service struct {
+	Store   *engine.Store
+	Cluster Cluster
+	// Quotas holds the committed quota counts; nil counts only this node's.
+	Quotas QuotaState
+	// Clock is the service's time in Unix ns.
+	Clock func() int64
+	// Shutdown is closed when the node begins to stop: held calls end.
+	Shutdown <-chan struct{}
+	// Waiting, if set, hears +1 when a call starts being held, -1 when
+	// it ends; Counted, if set, hears every admission decision that is not
+	// a dry run (label "" for inline calls).
+	Waiting func(delta int)
+	Counted func(tree *budget.Tree, label string, allowed int, cost int64)
+}
+
+// QuotaRoom reports whether a call may count against the quota counter
+// key: the counter exists, here or in the cluster, or the cluster has room
+// for another (--max-quota-counters).
+func (s *Service) QuotaRoom(key []byte) bool {
+	return s.Quotas == nil || s.Store.HasQuota(key) || s.Quotas.QuotaRoom(key)
+}
+
+// tree returns the budget tree a call works on (none for an inline call).
+func (s *Service) tree(c *Call) *budget.Tree {
+	if c.Inline() {
+		return nil
+	}
+	return s.Cluster.State().Tree
+}
+
+// Acquire charges c at the service clock. An admission that is a
+// reservation (Result.Wait > 0) is held until due — the outcome then
+// describes the levels as they are when it returns — or refunded and
+// refused if w's caller goes away or the node stops first.
+func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
+	tree := s.tree(c)
+	c.Quotas = s
+	now := s.Clock()
+	out, err := tree.Acquire(s.Store, now, c, &sc.b)
+	if err != nil {
+		return out, err
+	}
+	r := &out.Result
+	if out.Allowed == 1 && r.Wait > 0 && !c.DryRun {
+		if s.hold(r.Wait, w) {
+			peek := *c
+			peek.Cost, peek.HasCost, peek.WaitMs, peek.HasWait, peek.DryRun = 0, true, 0, true, true
+			if cur, err := tree.Acquire(s.Store, s.Clock(), &peek, &sc.b); err == nil {
+				r.Remaining, r.ResetAfter, out.LimitedBy = cur.Result.Remaining, cur.Result.ResetAfter, cur.LimitedBy
+			}
+		} else {
+			// Gone or stopping: the reserved tokens go back rather than
+			// be admitted early.
+			later := s.Clock()
+			back, _ := tree.Refund(s.Store, later, c, out.Cost, &sc.b)
+			out.Allowed, r.RetryAfter = 0, max(now+r.Wait-later, 1)
+			r.Remaining, r.ResetAfter, out.LimitedBy = back.Result.Remaining, back.Result.ResetAfter, back.LimitedBy
+		}
+	}
+	if !c.DryRun && s.Counted != nil {
+		s.Counted(tree, out.Label, out.Allowed, out.Cost)
+	}
+	return out, nil
+}
+
+// hold waits ns, and reports false if w's caller went away or the node
+// began to stop first.
+func (s *Service) hold(ns int64, w Watcher) bool {
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	if s.Waiting != nil {
+		s.Waiting(1)
+		defer s.Waiting(-1)
+	}
+	var gone <-chan struct{}
+	if w != nil {
+		var stop func()
+		gone, stop = w.Watch()
+		defer stop()
+	}
+	select {
+	case <-t.C:
+		return true
+	case <-s.Shutdown:
+		return false
+	case <-gone:
+		return false
+	}
+}
+
+// resolve decides the form of a call that may name either a budget path
+// or an inline key without limits (RL.PEEK, RL.REFUND): a path the tree
+// holds is the budget form; otherwise the call is inline, with the limit
+// given or else the bucket's own. It returns the call to run (a copy when
+// it had to be completed) and the tree.
+func (s *Service) resolve(c *Call, lim *engine.Limit) (*Call, *budget.Tree, error) {
+	tree := s.Cluster.State().Tree
+	if !c.Inline() {
+		if _, _, ok := tree.Resolve(c.Path); ok {
+			return c, tree, nil
+		}
+	}
+	if c.Subject != nil {
+		if c.Inline() {
+			return nil, nil, errKeyInline
+		}
+		return nil, nil, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
+	}
+	if c.Inline() {
+		return c, nil, nil
+	}
+	l, ok := s.Store.Limit(engine.SpaceInline, c.Path)
+	if !ok {
+		return nil, nil, fault.New("NOBUDGET", "no budget node on path '%s' and no bucket for that key; give RATE … to name an inline limit", fault.Printable(c.Path))
+	}
+	*lim = l
+	return c, nil, nil
+}
+
+var errKeyInline = &fault.Error{Code: "ERR", Msg: "KEY belongs to the budget form; an inline limit's key is the first argument"}
+
+// Peek answers what Acquire would, consuming nothing.
+func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {
+	c, tree, err := s.resolve(c, &sc.lim)
+	if err != nil {
+		return Outcome{}, err
+	}
+	p := *c
+	if tree == nil && !p.Inline() {
+		p.Rate = &sc.lim
+	}
+	p.DryRun, p.HasWait, p.WaitMs = true, true, 0
+	return tree.Acquire(s.Store, s.Clock(), &p, &sc.b)
+}
+
+// Refund gives n tokens back to every level c charges (quotas included),
+// up to each one's capacity, and describes the call afterwards.
+func (s *Service) Refund(c *Call, n int64, sc *Scratch) (Outcome, error) {
+	c, tree, err := s.resolve(c, &sc.lim)
+	if err != nil {
+		return Outcome{}, err
+	}
+	p := *c
+	if tree == nil && !p.Inline() {
+		p.Rate = &sc.lim
+	}
+	p.Quotas = s
+	return tree.Refund(s.Store, s.Clock(), &p, n, &sc.b)
+}
+
+// Reset forgets the bucket a call names (a budget node's own bucket, for
+// the call's subject, or an inline key's) and reports whether there was one.
+func (s *Service) Reset(c *Call, sc *Scratch) (bool, error) {
+	tree := s.Cluster.State().Tree
+	if _, _, ok := tree.Resolve(c.Path); ok {
+		return tree.Reset(s.Store, c, &sc.b)
+	}
+	if c.Subject != nil {
+		return false, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
+	}
+	return s.Store.Reset(engine.SpaceInline, c.Path), nil
+}
+
+// quotaCall completes a call that RL.QUOTA addresses: a budget path (with
+// no QUOTA given), or an inline key, with the quota given or else the one
+// the cluster last committed for it. The spec is filled in when needed.
+func (s *Service) quotaCall(c *Call, spec *quota.Spec) (*budget.Tree, error) {
+	tree := s.Cluster.State().Tree
+	if c.Quota == nil {
+		if _, _, ok := tree.Resolve(c.Path); ok {
+			return tree, nil
+		}
+	}
+	if c.Subject != nil {
+		return nil, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
+	}
+	if c.Quota != nil {
+		return nil, nil
+	}
+	if s.Quotas != nil {
+		key := quota.InlineKey + string(c.Path)
+		if it, found := s.Quotas.Quota(key); found && it.Limit > 0 {
+			var p quota.Period
+			if p.UnmarshalText([]byte(it.Period)) == nil {
+				*spec = quota.Spec{N: it.Limit, Period: p}
+				c.Quota = spec
+				return nil, nil
+			}
+		}
+	}
+	return nil, fault.New("ERR", "no quota known for '%s': not a budget path, and no inline quota committed for that key; give QUOTA n PER period to describe one", fault.Printable(c.Path))
+}
+
+// Quota describes the tightest quota c counts against at the service
+// clock.
+func (s *Service) Quota(c *Call, sc *Scratch) (quota.Status, error) {
+	q := *c
+	var spec quota.Spec
+	tree, err := s.quotaCall(&q, &spec)
+	if err != nil {
+		return quota.Status{}, err
+	}
+	st, found, err := tree.Quota(s.Store, s.Clock(), &q, &sc.b)
+	if err == nil && !found {
+		err = fault.New("ERR", "no quota applies to '%s': neither the node nor a level it charges has one", fault.Printable(c.Path))
+	}
+	return st, err
+}
+
+// QuotaReset forgets, cluster-wide, the counters of the quotas c names
+// (one Raft entry; every node drops its pending count as it applies it),
+// and reports whether there were any.
+func (s *Service) QuotaReset(c *Call, sc *Scratch) (bool, error) {
+	q := *c
+	var spec quota.Spec
+	tree, err := s.quotaCall(&q, &spec)
+	if err != nil {
+		return false, err
+	}
+	keys, err := tree.QuotaKeys(&q, &sc.b)
+	if err != nil {
+		return false, err
+	}
+	if len(keys) == 0 {
+		return false, fault.New("ERR", "no quota applies to '%s': the node has none", fault.Printable(c.Path))
+	}
+	// A counter known only here (not yet committed) counts as existing.
+	local := false
+	e := raftfsm.Entry{Type: raftfsm.QuotaReset, Now: s.Clock()}
+	for _, k := range keys {
+		_, found := s.Store.Limit(engine.SpaceQuota, []byte(k))
+		local = local || found
+		e.Keys = append(e.Keys, raftfsm.QuotaKey(k))
+	}
+	r, err := s.write(&e)
+	return err == nil && (r.N > 0 || local), err
+}
+
+// write proposes an entry and returns its response, a refusal by the
+// state machine as the error.
+func (s *Service) write(e *raftfsm.Entry) (raftfsm.Response, error) {
+	r, err := s.Cluster.Write(e)
+	if err == nil && r.Err != nil {
+		err = r.Err
+	}
+	return r, err
+}
