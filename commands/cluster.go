@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -29,27 +27,13 @@ type Cluster interface {
 	Join(id, raftAddr, respAddr string, auto bool) error
 	Leave(id string) error
 	Stats() map[string]string
-	Servers() ([]raft.Server, error)
+	Voters() ([]raftfsm.Voter, error)
 }
 
 func clusterCommands() []*Command {
 	return []*Command{
 		{Name: "RL.CLUSTER", Arity: -2, Flags: 0, Handler: clusterCmd, Summary: "Cluster membership and state.",
 			Syntax: "INFO | NODES | JOIN id raft_addr resp_addr | LEAVE id"},
-	}
-}
-
-// write proposes entry through Raft, wherever the leader is (waiting for
-// one up to --apply-timeout), and renders the applied response with ok.
-func (ctx *Ctx) write(e *raftfsm.Entry, ok func(raftfsm.Response)) {
-	resp, err := ctx.Env.Cluster.Write(e)
-	switch {
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-	case resp.Err != nil:
-		ctx.Conn.WriteError(resp.Err.Error())
-	default:
-		ok(resp)
 	}
 }
 
@@ -90,7 +74,7 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteBulkString(p)
 		}
 	case eq(sub, "NODES") && len(a) == 2:
-		servers, err := cl.Servers()
+		servers, err := cl.Voters()
 		if err != nil {
 			ctx.Conn.WriteError("TRYAGAIN " + err.Error())
 			return
@@ -99,7 +83,7 @@ func clusterCmd(ctx *Ctx) {
 		leaderID, _, _ := cl.Leader()
 		ctx.Conn.WriteArray(len(servers))
 		for _, s := range servers {
-			id := string(s.ID)
+			id := s.ID
 			role := "follower"
 			switch {
 			case id == leaderID:
@@ -108,13 +92,13 @@ func clusterCmd(ctx *Ctx) {
 				role = cl.Role()
 			}
 			suffrage := "voter"
-			if s.Suffrage != raft.Voter {
+			if !s.Voter {
 				suffrage = "nonvoter"
 			}
 			ctx.Conn.WriteArray(5)
 			ctx.Conn.WriteBulkString(id)
 			ctx.Conn.WriteBulkString(members[id].RespAddr)
-			ctx.Conn.WriteBulkString(string(s.Address))
+			ctx.Conn.WriteBulkString(s.RaftAddr)
 			ctx.Conn.WriteBulkString(suffrage)
 			ctx.Conn.WriteBulkString(role)
 		}

@@ -154,43 +154,40 @@ func (s *Service) hold(ns int64, w Watcher) bool {
 // resolve decides the form of a call that may name either a budget path
 // or an inline key without limits (RL.PEEK, RL.REFUND): a path the tree
 // holds is the budget form; otherwise the call is inline, with the limit
-// given or else the bucket's own. It returns the call to run (a copy when
-// it had to be completed) and the tree.
-func (s *Service) resolve(c *Call, lim *engine.Limit) (*Call, *budget.Tree, error) {
+// given or else the bucket's own (kept in sc). It returns the call to run,
+// completed, and the tree (nil for an inline call).
+func (s *Service) resolve(c *Call, sc *Scratch) (Call, *budget.Tree, error) {
 	tree := s.Cluster.State().Tree
 	if !c.Inline() {
 		if _, _, ok := tree.Resolve(c.Path); ok {
-			return c, tree, nil
+			return *c, tree, nil
 		}
 	}
 	if c.Subject != nil {
 		if c.Inline() {
-			return nil, nil, errKeyInline
+			return Call{}, nil, errKeyInline
 		}
-		return nil, nil, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
+		return Call{}, nil, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
 	}
-	if c.Inline() {
-		return c, nil, nil
+	p := *c
+	if !c.Inline() {
+		l, ok := s.Store.Limit(engine.SpaceInline, c.Path)
+		if !ok {
+			return Call{}, nil, fault.New("NOBUDGET", "no budget node on path '%s' and no bucket for that key; give RATE … to name an inline limit", fault.Printable(c.Path))
+		}
+		sc.lim = l
+		p.Rate = &sc.lim
 	}
-	l, ok := s.Store.Limit(engine.SpaceInline, c.Path)
-	if !ok {
-		return nil, nil, fault.New("NOBUDGET", "no budget node on path '%s' and no bucket for that key; give RATE … to name an inline limit", fault.Printable(c.Path))
-	}
-	*lim = l
-	return c, nil, nil
+	return p, nil, nil
 }
 
 var errKeyInline = &fault.Error{Code: "ERR", Msg: "KEY belongs to the budget form; an inline limit's key is the first argument"}
 
 // Peek answers what Acquire would, consuming nothing.
 func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {
-	c, tree, err := s.resolve(c, &sc.lim)
+	p, tree, err := s.resolve(c, sc)
 	if err != nil {
 		return Outcome{}, err
-	}
-	p := *c
-	if tree == nil && !p.Inline() {
-		p.Rate = &sc.lim
 	}
 	p.DryRun, p.HasWait, p.WaitMs = true, true, 0
 	return tree.Acquire(s.Store, s.Clock(), &p, &sc.b)
@@ -199,13 +196,9 @@ func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {
 // Refund gives n tokens back to every level c charges (quotas included),
 // up to each one's capacity, and describes the call afterwards.
 func (s *Service) Refund(c *Call, n int64, sc *Scratch) (Outcome, error) {
-	c, tree, err := s.resolve(c, &sc.lim)
+	p, tree, err := s.resolve(c, sc)
 	if err != nil {
 		return Outcome{}, err
-	}
-	p := *c
-	if tree == nil && !p.Inline() {
-		p.Rate = &sc.lim
 	}
 	p.Quotas = s
 	return tree.Refund(s.Store, s.Clock(), &p, n, &sc.b)

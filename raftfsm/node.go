@@ -1060,6 +1060,23 @@ func (n *Node) Servers() ([]raft.Server, error) {
 	return f.Configuration().Servers, nil
 }
 
+// Voter is one server of the Raft configuration, as RL.CLUSTER NODES
+// lists it.
+type Voter struct {
+	ID, RaftAddr string
+	Voter        bool // false: a non-voter
+}
+
+// Voters returns the servers of the current Raft configuration.
+func (n *Node) Voters() ([]Voter, error) {
+	servers, err := n.Servers()
+	out := make([]Voter, len(servers))
+	for i, s := range servers {
+		out[i] = Voter{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
+	}
+	return out, err
+}
+
 // Barrier waits until every entry committed before it has been applied.
 func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(timeout).Error() }
 
