@@ -46,6 +46,38 @@ func (s *Store) quotaBase(sh *shard, r *Request) int64 {
 	return r.Base + (*src).QuotaUsed(sh.qkey, r.PeriodStart, r.PeriodEnd)
 }
 
+// QuotaGate bounds what this node may admit against a quota counter: in a
+// cluster, the units the cluster reserved for it (quota reservations).
+type QuotaGate interface {
+	// QuotaCap returns how far this node's pending count of key in the
+	// period [start, end) may go (-1: no bound), given its pending count
+	// now and the cost of the call being decided. It may note that more
+	// should be reserved; it must not keep key nor call back into the
+	// store.
+	QuotaCap(key []byte, lim *Limit, start, end, pending, cost int64) int64
+}
+
+// SetQuotaGate sets the gate of quota requests (nil: none). Dry runs do
+// not consult it: they describe the cluster's count.
+func (s *Store) SetQuotaGate(g QuotaGate) {
+	if g == nil {
+		s.quotaGate.Store(nil)
+		return
+	}
+	s.quotaGate.Store(&g)
+}
+
+// quotaCap returns the gate's bound on r's pending count (sh locked; the
+// key goes as a copy in the shard's buffer, as in quotaBase).
+func (s *Store) quotaCap(sh *shard, r *Request, st state, exists bool) int64 {
+	g := s.quotaGate.Load()
+	if g == nil {
+		return -1
+	}
+	sh.qkey = append(sh.qkey[:0], r.Key...)
+	return (*g).QuotaCap(sh.qkey, r.Limit, r.PeriodStart, r.PeriodEnd, quotaPending(st, exists, r.PeriodStart), r.Cost)
+}
+
 // Result is the answer to an acquire, described at its tightest level.
 type Result struct {
 	Allowed    bool
@@ -55,6 +87,10 @@ type Result struct {
 	ResetAfter int64 // ns until the tightest level is full again
 	Wait       int64 // ns to hold the admitted reply: tokens reserved, not yet due
 	Level      int   // index of the tightest (or denying) request
+	// Reserve marks a refusal by a quota that has room in the cluster but
+	// not in what this node holds reserved (QuotaGate): reserving more and
+	// trying again may admit it.
+	Reserve bool
 }
 
 // level is one request's progress through an acquire.
@@ -68,7 +104,7 @@ type level struct {
 }
 
 // eval looks up r's bucket (its shard locked) and decides on it.
-func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
+func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 	sh := &s.shards[lv.h.shard]
 	var st state
 	if ei, ok := sh.find(lv.h, r.Key); ok {
@@ -91,7 +127,13 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64) {
 		return
 	}
 	if r.Limit.Algo == Quota {
-		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, s.quotaBase(sh, r))
+		base, cap := s.quotaBase(sh, r), int64(-1)
+		if !dry && quotaFits(r.Limit, st, lv.exists, r.Cost, r.PeriodStart, base) {
+			// Only a call the cluster's count has room for asks the
+			// gate: one the quota refuses anyway reserves nothing.
+			cap = s.quotaCap(sh, r, st, lv.exists)
+		}
+		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, base, cap)
 		return
 	}
 	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
@@ -134,7 +176,7 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 	lv.h, lv.lease = s.route(&r, maxWait)
 	sh := &s.shards[lv.h.shard]
 	sh.mu.Lock()
-	s.eval(&lv, &r, now, maxWait)
+	s.eval(&lv, &r, now, maxWait, dryRun)
 	o := &lv.out
 	if o.ok && o.changed && !dryRun {
 		if lv.exists {
@@ -149,7 +191,7 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 	sh.mu.Unlock()
 	res := Result{Remaining: o.remaining, Limit: r.Limit.Burst, ResetAfter: o.reset, Allowed: o.ok, Wait: o.wait}
 	if !o.ok {
-		res.RetryAfter = o.retry
+		res.RetryAfter, res.Reserve = o.retry, o.reserve
 	}
 	return res
 }
@@ -184,7 +226,7 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 		s.shards[si].mu.Lock()
 	}
 	for i := range reqs {
-		s.eval(&lvs[i], &reqs[i], now, maxWait)
+		s.eval(&lvs[i], &reqs[i], now, maxWait, dryRun)
 		outs[i], idx[i], exists[i] = lvs[i].out, lvs[i].idx, lvs[i].exists
 	}
 	res := combine(outs[:n], reqs)
@@ -257,7 +299,7 @@ func combine(outs []outcome, reqs []Request) Result {
 	}
 	if worst >= 0 {
 		r := describe(worst)
-		r.RetryAfter = max(due, wait)
+		r.RetryAfter, r.Reserve = max(due, wait), outs[worst].reserve
 		return r
 	}
 	tight := 0

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/bits"
+	"time"
 )
 
 // state is one bucket's algorithm state. Its meaning depends on the limit's
@@ -26,6 +27,7 @@ type outcome struct {
 	reset     int64 // ns until the bucket is full again
 	next      state // state to commit when ok
 	changed   bool  // next differs from the stored state
+	reserve   bool  // a quota refused for want of units reserved here
 }
 
 // decide evaluates a request of cost against a bucket at time now. exists
@@ -403,12 +405,11 @@ func rescale(from, to *Limit, st state, now int64) state {
 // quotaDecide counts cost against a calendar quota: base tokens of the
 // period [start, end) are already counted by the cluster, st.b more only
 // here. A quota holds no reservation: a call it refuses waits for the next
-// period.
-func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base int64) outcome {
-	var cnt int64
-	if exists && st.a == start {
-		cnt = st.b // negative after refunds of committed tokens
-	}
+// period. With cap >= 0 this node's pending count may not pass cap (the
+// units the cluster reserved for it): a call that fits the quota but not
+// the cap is refused with reserve set, to try again within ReserveRetry.
+func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base, cap int64) outcome {
+	cnt := quotaPending(st, exists, start)
 	used := max(base+cnt, 0)
 	o := outcome{remaining: max(l.Burst-used, 0)}
 	if used > 0 {
@@ -419,6 +420,8 @@ func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base in
 		o.never, o.retry = true, -1
 	case used+cost > l.Burst:
 		o.retry = end - now
+	case cap >= 0 && cost > 0 && cnt+cost > cap:
+		o.retry, o.reserve = min(end-now, ReserveRetry), true
 	default:
 		o.ok, o.changed = true, cost > 0
 		o.next = state{a: start, b: cnt + cost, c: end}
@@ -429,6 +432,25 @@ func quotaDecide(l *Limit, st state, exists bool, now, cost, start, end, base in
 	}
 	return o
 }
+
+// quotaPending returns the count not yet committed in the period starting
+// at start (negative after refunds of committed tokens).
+func quotaPending(st state, exists bool, start int64) int64 {
+	if exists && st.a == start {
+		return st.b
+	}
+	return 0
+}
+
+// quotaFits reports whether cost fits the quota's count (committed base
+// and pending), before any bound on what this node may admit.
+func quotaFits(l *Limit, st state, exists bool, cost, start, base int64) bool {
+	return cost <= l.Burst && max(base+quotaPending(st, exists, start), 0)+cost <= l.Burst
+}
+
+// ReserveRetry is the retry time of a call refused for want of reserved
+// quota units: about how long a reservation takes to commit, with room.
+const ReserveRetry = int64(100 * time.Millisecond)
 
 // idleAt returns the time at which a bucket in st is full again under l:
 // after it, forgetting the bucket loses nothing.

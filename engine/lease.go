@@ -366,13 +366,13 @@ func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, lef
 	sh := &s.shards[lv.h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s.eval(&lv, &r, now, 0)
+	s.eval(&lv, &r, now, 0, false)
 	if !lv.out.ok {
 		if lv.out.remaining <= 0 {
 			return 0, 0, max(lv.out.retry, 1), 0
 		}
 		r.Cost = min(want, lv.out.remaining)
-		s.eval(&lv, &r, now, 0)
+		s.eval(&lv, &r, now, 0, false)
 		if !lv.out.ok {
 			return 0, 0, max(lv.out.retry, 1), 0
 		}

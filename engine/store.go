@@ -31,6 +31,7 @@ type Store struct {
 	live            atomic.Int64
 	syncing         atomic.Bool // record consumption for peers (sync.go)
 	quotaSrc        atomic.Pointer[QuotaSource]
+	quotaGate       atomic.Pointer[QuotaGate]
 	evictedFull     atomic.Uint64
 	evictedPressure atomic.Uint64
 	sweepShard      atomic.Uint64

@@ -113,7 +113,7 @@ func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
 	}
 	base := s.quotaBase(sh, r)
 	lim, start, end := r.Limit, r.PeriodStart, r.PeriodEnd
-	o := quotaDecide(lim, st, ok, now, 0, start, end, base)
+	o := quotaDecide(lim, st, ok, now, 0, start, end, base, -1)
 	back := min(n, lim.Burst-o.remaining)
 	if back > 0 {
 		cnt := int64(0)
@@ -134,7 +134,7 @@ func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
 			s.live.Add(1)
 		}
 		sh.pending[i] += 0 // a count to commit
-		o = quotaDecide(lim, next, true, now, 0, start, end, base)
+		o = quotaDecide(lim, next, true, now, 0, start, end, base, -1)
 	}
 	return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst, ResetAfter: o.reset}
 }

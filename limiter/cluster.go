@@ -54,3 +54,11 @@ func (s *Service) CommitQuotas(origin string, b *quota.Batch) (int, error) {
 	r, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: origin, Seq: b.Seq, Now: b.Now, Quotas: b.Quotas})
 	return r.N, err
 }
+
+// ReserveQuotas proposes a reservation of quota units for origin (items'
+// Used: units wanted, or negative, given back); the grants reach the
+// proposer's quota.Reserver as its replica applies the entry.
+func (s *Service) ReserveQuotas(origin string, items []quota.Item) error {
+	_, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaReserve, Origin: origin, Quotas: items})
+	return err
+}

@@ -74,7 +74,15 @@ type Service struct {
 	// a dry run (label "" for inline calls).
 	Waiting func(delta int)
 	Counted func(tree *budget.Tree, label string, allowed int, cost int64)
+	// Reserve, if set, asks the cluster for quota units now and reports
+	// whether it answered within wait (quota.Reserver.Reserve): a call a
+	// quota refused for want of units reserved here tries once more.
+	Reserve func(wait time.Duration) bool
 }
+
+// reserveWait bounds how long a call waits for a quota reservation: about
+// one Raft commit.
+const reserveWait = 250 * time.Millisecond
 
 // QuotaRoom reports whether a call may count against the quota counter
 // key: the counter exists, here or in the cluster, or the cluster has room
@@ -100,6 +108,10 @@ func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 	c.Quotas = s
 	now := s.Clock()
 	out, err := tree.Acquire(s.Store, now, c, &sc.b)
+	if err == nil && out.Allowed == 0 && out.Result.Reserve && !c.DryRun && s.Reserve != nil && s.Reserve(reserveWait) {
+		now = s.Clock()
+		out, err = tree.Acquire(s.Store, now, c, &sc.b)
+	}
 	if err != nil {
 		return out, err
 	}

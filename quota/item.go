@@ -6,7 +6,8 @@ import "encoding/json"
 // in Unix ns. In a QuotaAdd entry Used is an increment (negative for
 // refunds); in the state it is the period's committed total, never below
 // zero. Period names the kind of period and its time zone ("month UTC")
-// and Limit the quota, as the proposer last charged them, for RL.QUOTA.
+// and Limit the quota, as the proposer last charged them, for RL.QUOTA. In
+// a QuotaReserve entry Used is the units wanted (negative: released).
 type Item struct {
 	Key    Key    `json:"k"`
 	Start  int64  `json:"s"`
@@ -14,6 +15,9 @@ type Item struct {
 	Used   int64  `json:"n"`
 	Limit  int64  `json:"l,omitempty"`
 	Period string `json:"p,omitempty"`
+	// Reserved is the units of the period granted to nodes to admit
+	// against (QuotaReserve), in the state only.
+	Reserved int64 `json:"r,omitempty"`
 }
 
 // Key is a counter's key: any bytes (a client's key, a subject),

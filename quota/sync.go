@@ -50,6 +50,9 @@ type Syncer struct {
 	MaxBytes          int
 	Log               *slog.Logger
 	Committed, Failed Counter
+	// Reserver, if set, holds this node's quota reservations: it hears of
+	// settled counts, grants and resets.
+	Reserver *Reserver
 
 	// started is when this process began counting: a reset made before
 	// it is one replayed from the log, older than every count the store
@@ -200,6 +203,11 @@ func (q *Syncer) settleApplied(lastSeq uint64) {
 // (q.mu held).
 func (q *Syncer) settle(b *inflight) {
 	for _, it := range b.Quotas {
+		if q.Reserver != nil {
+			// First: until the pending count drops, the call sees the
+			// counts twice (less room), never fewer.
+			q.Reserver.Settled([]byte(it.Key), it.Start, it.Used)
+		}
 		q.Store.SettleQuota([]byte(it.Key), it.Start, it.Used)
 	}
 	b.settled = true
@@ -215,5 +223,15 @@ func (q *Syncer) QuotaReset(keys []Key, at int64) {
 	}
 	for _, k := range keys {
 		q.Store.Reset(engine.SpaceQuota, []byte(k))
+	}
+	if q.Reserver != nil {
+		q.Reserver.Forget(keys)
+	}
+}
+
+// QuotaReserved hands a reservation this replica applied to the Reserver.
+func (q *Syncer) QuotaReserved(origin string, items []Item, grants []int64) {
+	if q.Reserver != nil {
+		q.Reserver.Granted(origin, items, grants)
 	}
 }

@@ -31,6 +31,10 @@ const (
 	// QuotaAdd commits quota consumption; QuotaReset forgets a counter.
 	QuotaAdd
 	QuotaReset
+	// QuotaReserve grants a node quota units it may admit against (an
+	// item's Used is the units wanted), or takes back units it releases
+	// (Used negative).
+	QuotaReserve
 )
 
 // Entry is a decoded log entry.
@@ -83,7 +87,7 @@ var ErrBadEntry = errors.New("raftfsm: undecodable entry")
 
 // Decode parses log bytes.
 func Decode(b []byte) (*Entry, error) {
-	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(QuotaReset) {
+	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(QuotaReserve) {
 		return nil, ErrBadEntry
 	}
 	e := &Entry{Type: EntryType(b[1])}
@@ -111,6 +115,15 @@ func Decode(b []byte) (*Entry, error) {
 		for _, q := range e.Quotas {
 			if q.Key == "" || q.End <= q.Start || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
 				return nil, fmt.Errorf("%w: malformed quota item", ErrBadEntry)
+			}
+		}
+	case QuotaReserve:
+		if e.Origin == "" || len(e.Quotas) == 0 {
+			return nil, fmt.Errorf("%w: reservation without origin or items", ErrBadEntry)
+		}
+		for _, q := range e.Quotas {
+			if q.Key == "" || q.End <= q.Start || q.Limit <= 0 || q.Used == 0 || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
+				return nil, fmt.Errorf("%w: malformed quota reservation", ErrBadEntry)
 			}
 		}
 	case QuotaReset:

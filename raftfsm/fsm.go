@@ -183,6 +183,9 @@ type QuotaObserver interface {
 	// QuotaReset reports a reset, with the time its proposer made it (a
 	// node replaying its log sees resets made before it started).
 	QuotaReset(keys []QuotaKey, at int64)
+	// QuotaReserved reports the units granted to origin for each item of
+	// a reservation (negative: units it released).
+	QuotaReserved(origin string, items []QuotaItem, grants []int64)
 }
 
 // SetQuotaObserver sets the observer of quota changes.
@@ -284,6 +287,16 @@ func (f *FSM) apply(e *Entry, index uint64) Response {
 		f.quotas.purgeSome(e.Now)
 		if o := f.quotaObs.Load(); o != nil {
 			(*o).QuotaAdded(e.Origin, e.Seq, e.Quotas)
+		}
+		return Response{N: len(e.Quotas)}
+	case QuotaReserve:
+		members := max(len(cur.Members), 1)
+		grants := make([]int64, len(e.Quotas))
+		for i, q := range e.Quotas {
+			grants[i] = f.quotas.reserve(q, members)
+		}
+		if o := f.quotaObs.Load(); o != nil {
+			(*o).QuotaReserved(e.Origin, e.Quotas, grants)
 		}
 		return Response{N: len(e.Quotas)}
 	case QuotaReset:

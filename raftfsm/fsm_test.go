@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,7 +229,7 @@ func TestQuotaCountersAreReplicatedStateWithPeriods(t *testing.T) {
 	}
 }
 
-type quotaLog struct{ seen, reset []string }
+type quotaLog struct{ seen, reset, grants []string }
 
 func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
 	q.seen = append(q.seen, fmt.Sprintf("%s/%d/%d", origin, seq, len(items)))
@@ -236,5 +237,73 @@ func (q *quotaLog) QuotaAdded(origin string, seq uint64, items []QuotaItem) {
 func (q *quotaLog) QuotaReset(keys []QuotaKey, _ int64) {
 	for _, k := range keys {
 		q.reset = append(q.reset, string(k))
+	}
+}
+
+func (q *quotaLog) QuotaReserved(origin string, items []QuotaItem, grants []int64) {
+	for i := range items {
+		q.grants = append(q.grants, fmt.Sprintf("%s:%d", origin, grants[i]))
+	}
+}
+
+// Reservations grant at most (limit - max(used, reserved)) / 2N at a time,
+// one unit near the limit, never past it; releases give units back; a new
+// period starts over.
+func TestQuotaReservationsNeverPassTheLimit(t *testing.T) {
+	f := NewFSM()
+	obs := &quotaLog{}
+	f.SetQuotaObserver(obs)
+	day := int64(86400e9)
+	idx := uint64(0)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		idx++
+		apply(f, idx, (&Entry{Type: AddMember, Member: &Member{ID: id, RaftAddr: id + ":1", RespAddr: id + ":2"}}).Encode())
+	}
+	reserve := func(origin string, start, want int64) {
+		idx++
+		it := QuotaItem{Key: "i|k", Start: start, End: start + day, Used: want, Limit: 100, Period: "day UTC"}
+		if r := apply(f, idx, (&Entry{Type: QuotaReserve, Origin: origin, Quotas: []QuotaItem{it}}).Encode()); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	// 100 units, three members: 16 (100/6), then 14 (84/6), 11 (70/6), …
+	for i := 0; i < 40; i++ {
+		reserve([]string{"n1", "n2", "n3"}[i%3], 0, 100)
+	}
+	total := int64(0)
+	for _, g := range obs.grants {
+		var id string
+		var n int64
+		fmt.Sscanf(strings.Replace(g, ":", " ", 1), "%s %d", &id, &n)
+		total += n
+	}
+	if total != 100 || obs.grants[0] != "n1:16" || obs.grants[1] != "n2:14" || obs.grants[len(obs.grants)-1] != "n1:0" {
+		t.Fatalf("grants %v (total %d)", obs.grants, total)
+	}
+	if it, _ := f.Quota("i|k"); it.Reserved != 100 {
+		t.Fatalf("reserved %d", it.Reserved)
+	}
+	// A node gives 10 back; the next ask gets what is free again.
+	obs.grants = nil
+	reserve("n3", 0, -10)
+	reserve("n1", 0, 100)
+	if fmt.Sprint(obs.grants) != "[n3:-10 n1:1]" {
+		t.Fatalf("after a release: %v", obs.grants)
+	}
+	// Counted admissions beyond the reservations (a node alone before the
+	// others joined) leave less to grant.
+	idx++
+	apply(f, idx, (&Entry{Type: QuotaAdd, Now: 1, Quotas: []QuotaItem{{Key: "i|k", Start: 0, End: day, Used: 100, Limit: 100, Period: "day UTC"}}}).Encode())
+	obs.grants = nil
+	reserve("n2", 0, 5)
+	if fmt.Sprint(obs.grants) != "[n2:0]" {
+		t.Fatalf("over a fully used period: %v", obs.grants)
+	}
+	// The next period starts over; an earlier one gets nothing.
+	obs.grants = nil
+	reserve("n2", day, 5)
+	reserve("n1", 0, 5)
+	if fmt.Sprint(obs.grants) != "[n2:5 n1:0]" {
+		t.Fatalf("periods: %v", obs.grants)
 	}
 }

@@ -100,6 +100,43 @@ func (q *quotaTable) add(in QuotaItem) {
 	sh.m[string(in.Key)] = it
 }
 
+// reserve grants up to in.Used units of in's counter to a node (or takes
+// back -in.Used units it releases) and returns how many. A grant is at
+// most the units neither reserved nor used, shared among twice the
+// members ((limit - max(used, reserved)) / 2N, at least one while any is
+// left), so that chunks are large far from the limit and shrink to one
+// unit near it, and the sum of grants never passes the limit.
+func (q *quotaTable) reserve(in QuotaItem, members int) int64 {
+	sh := q.shard([]byte(in.Key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	it, ok := sh.m[string(in.Key)]
+	switch {
+	case in.Used < 0 && (!ok || in.Period != it.Period || in.Start != it.Start):
+		return 0 // units of a counter reset or of a period over: gone already
+	case !ok || in.Period != it.Period || in.Start > it.Start:
+		if !ok {
+			q.count.Add(1)
+		}
+		it = QuotaItem{Key: in.Key, Start: in.Start, End: in.End, Period: in.Period}
+	case in.Start < it.Start:
+		return 0 // that period is over
+	}
+	it.Limit = in.Limit
+	var g int64
+	if in.Used > 0 {
+		if avail := it.Limit - max(it.Used, it.Reserved); avail > 0 {
+			g = min(in.Used, max(1, avail/int64(2*members)), avail)
+		}
+		it.Reserved += g
+	} else {
+		g = max(in.Used, -it.Reserved)
+		it.Reserved += g
+	}
+	sh.m[string(in.Key)] = it
+	return g
+}
+
 // setSeq records batch seq as the last applied from origin.
 func (q *quotaTable) setSeq(origin string, seq uint64) {
 	q.seqMu.Lock()

@@ -7,7 +7,8 @@ import (
 )
 
 // startQuotaSync commits this node's calendar quota counts through Raft
-// every --sync-interval (quota.Syncer), straight through the service.
+// every --sync-interval (quota.Syncer), straight through the service, and
+// keeps its quota reservations (quota.Reserver).
 func (n *Node) startQuotaSync(cfg *Config) {
 	env := n.Server.env
 	fsm := n.Raft.FSM()
@@ -27,6 +28,17 @@ func (n *Node) startQuotaSync(cfg *Config) {
 			Help: "Attempts to commit a batch of quota counts that failed (no leader, timeout); the batch is retried."}),
 	}
 	env.Metrics.Registry.MustRegister(q.Committed.(prometheus.Counter), q.Failed.(prometheus.Counter))
+	// In a cluster, quotas admit only from units reserved through Raft.
+	r := &quota.Reserver{Self: self, Store: env.Store, Clock: env.Clock, Log: n.log,
+		Members:   func() int { return len(n.Raft.State().Members) },
+		Propose:   func(items []quota.Item) error { return env.Service.ReserveQuotas(self, items) },
+		Committed: fsm.Quota,
+	}
+	r.Init()
+	q.Reserver = r
+	env.Store.SetQuotaGate(r)
+	env.Service.Reserve = r.Reserve
+	go r.Run(n.stop)
 	q.Start()
 	fsm.SetQuotaObserver(q)
 	go q.Run(cfg.SyncInterval, n.stop)

@@ -107,10 +107,9 @@ func TestAccuracyCI(t *testing.T) {
 			t.Fatalf("SLUICE_ACCURACY_DURATION %v", err)
 		}
 	}
-	// The hardest rate scenarios. Calendar quotas are not leased yet and
-	// exceed the bound (docs/accuracy.md): quota-100-day joins this list
-	// when they are.
-	rep := runScenarios(t, d, 100*time.Millisecond, "small-burst", "rotate-150ms", "algo-fixed_window")
+	// The hardest scenarios: a small burst, load rotating between nodes,
+	// a fixed window, and a small calendar quota (reservations).
+	rep := runScenarios(t, d, 100*time.Millisecond, "small-burst", "rotate-150ms", "algo-fixed_window", "quota-100-day")
 	for _, r := range rep.rows {
 		if r.errors > 0 {
 			t.Errorf("%s: %d error replies: %s", r.scenario, r.errors, r.errMsg)

@@ -1,0 +1,90 @@
+package quota
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// A node admits quota calls only from units granted to it, asks for more
+// when they run out, counts settled units once, and gives back what an
+// idle counter holds — on a fixed timeline, with a fake state machine that
+// grants up to `free` units at a time.
+func TestReserverAdmitsOnlyWhatWasGranted(t *testing.T) {
+	now := t0
+	members := 1
+	st := engine.New(engine.Options{Shards: 2})
+	free := int64(4)
+	var proposed []string
+	r := &Reserver{Self: "n1", Store: st, Clock: func() int64 { return now }, Members: func() int { return members },
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default()}
+	r.Propose = func(items []Item) error {
+		grants := make([]int64, len(items))
+		for i, it := range items {
+			proposed = append(proposed, fmt.Sprint(it.Used))
+			if it.Used > 0 {
+				grants[i] = min(it.Used, free)
+			} else {
+				grants[i] = it.Used
+			}
+		}
+		r.Granted("n1", items, grants)
+		return nil
+	}
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 100}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	call := func() engine.Result {
+		return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false)
+	}
+	// A node alone: no reservations.
+	for i := 0; i < 3; i++ {
+		if res := call(); !res.Allowed {
+			t.Fatalf("alone, call %d refused", i)
+		}
+	}
+	// Those counts commit before the others join.
+	start, _ := spec.Period.Bounds(now)
+	st.SettleQuota([]byte("i|k"), start, 3)
+	members = 3
+	if res := call(); res.Allowed || !res.Reserve || res.RetryAfter != engine.ReserveRetry {
+		t.Fatalf("with nothing reserved: %+v", res)
+	}
+	r.round()
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if call().Allowed {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("admitted %d from a grant of 4", admitted)
+	}
+	// Its counts commit: settled first, then off the pending count; at no
+	// point is there room.
+	r.Settled([]byte("i|k"), start, 4)
+	if call().Allowed {
+		t.Fatal("admitted between settling and the pending count dropping")
+	}
+	st.SettleQuota([]byte("i|k"), start, 4)
+	if res := call(); res.Allowed || !res.Reserve {
+		t.Fatalf("after settling: %+v", res)
+	}
+	// A grant of 4, two used, then idle: the two unused go back.
+	r.round()
+	call()
+	call()
+	now += releaseAfter
+	proposed = nil
+	r.round()
+	if fmt.Sprint(proposed) != "[-2]" {
+		t.Fatalf("released %v", proposed)
+	}
+	if res := call(); res.Allowed {
+		t.Fatalf("admitted from released units: %+v", res)
+	}
+}
