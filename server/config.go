@@ -44,6 +44,7 @@ type Config struct {
 	MaxKeyLen            int
 	MaxBulkLen           int
 	MaxArgs              int
+	MaxClientBuffers     int // bytes of every connection's read buffer together
 	Shards               int
 	SyncInterval         time.Duration
 	ApplyTimeout         time.Duration
@@ -139,6 +140,7 @@ var settings = []setting{
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
+	{name: "max-client-buffers", def: "1073741824", usage: "maximum bytes of every client connection's read buffer together; a command that would grow them past it is refused and its connection closed", bind: num(func(c *Config) *int { return &c.MaxClientBuffers })},
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
 	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
 	{name: "apply-timeout", def: "5s", usage: "how long a configuration write may wait for a leader and its commit", bind: dur(func(c *Config) *time.Duration { return &c.ApplyTimeout })},
@@ -361,6 +363,10 @@ func (c *Config) Validate() error {
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
 	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
 	intRange("max-args", c.MaxArgs, 16, 1<<20)
+	if c.MaxClientBuffers < 2*c.MaxBulkLen || c.MaxClientBuffers > 1<<40 {
+		bad("max-client-buffers", "must be between twice --max-bulk-len (%d, so that one command of the largest size fits) and %d, got %d",
+			2*c.MaxBulkLen, int64(1)<<40, c.MaxClientBuffers)
+	}
 	intRange("shards", c.Shards, 0, 4096)
 	if c.ApplyTimeout < 100*time.Millisecond || c.ApplyTimeout > 10*time.Minute {
 		bad("apply-timeout", "must be between 100ms and 10m, got %v", c.ApplyTimeout)

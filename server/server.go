@@ -49,6 +49,9 @@ type Server struct {
 	http     *http.Server
 	httpLn   net.Listener
 	draining atomic.Bool
+	// buffers is the bytes of every connection's read buffer together,
+	// bounded by --max-client-buffers.
+	buffers  atomic.Int64
 	shutdown chan struct{}
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -96,12 +99,28 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(store.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_connected_clients", Help: "Connected RESP clients."},
 			func() float64 { return float64(s.env.Clients.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer together (bounded by --max-client-buffers)."},
+			func() float64 { return float64(s.buffers.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "full"}},
 			func() float64 { f, _ := store.Evictions(); return float64(f) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "pressure"}},
 			func() float64 { _, p := store.Evictions(); return float64(p) }),
 	)
+	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
+}
+
+// reserveBuffer takes n more bytes of --max-client-buffers for a read
+// buffer, or gives -n back; it refuses growth past the bound.
+func (s *Server) reserveBuffer(n int64) bool {
+	if n > 0 && s.buffers.Add(n) > int64(s.cfg.MaxClientBuffers) {
+		s.buffers.Add(-n)
+		return false
+	}
+	if n <= 0 {
+		s.buffers.Add(n)
+	}
+	return true
 }
 
 // PeerUser is the user nodes authenticate as with --peer-password.
