@@ -171,6 +171,9 @@ type QuotaBatch struct {
 const maxQuotaSkew = time.Hour
 
 func quotaSyncCmd(ctx *Ctx) {
+	if !fromPeer(ctx, ctx.Args[1]) {
+		return
+	}
 	from := string(ctx.Args[1])
 	if _, ok := ctx.Env.Cluster.State().Members[from]; !ok {
 		ctx.Conn.WriteError("ERR RL.QUOTASYNC from '" + printable(ctx.Args[1], 64) + "', which is not a member")

@@ -71,6 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Store:     store,
 		Clients:   commands.NewClients(),
 		Auth:      commands.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
+		PeerAuth:  commands.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
 		Metrics:   commands.NewMetrics(reg),
 		Registry:  reg,
 		Version:   Version,
@@ -132,6 +133,20 @@ func peerUser(cfg Config, acl []commands.ACLUser) []commands.ACLUser {
 		return acl
 	}
 	return append(acl, commands.ACLUser{Name: PeerUser, Role: commands.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
+}
+
+// peerSecret is the cluster secret nodes prove themselves to each other
+// with: --peer-password, else --requirepass.
+func (c *Config) peerSecret() string {
+	if c.PeerPassword != "" {
+		return c.PeerPassword
+	}
+	return c.RequirePass
+}
+
+// peerLogin returns the user and password node id authenticates as.
+func (c *Config) peerLogin(id string) (user, password string) {
+	return commands.PeerUserPrefix + id, commands.PeerToken(c.peerSecret(), id)
 }
 
 // Env exposes the shared command environment (for tests and wiring).
