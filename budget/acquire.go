@@ -27,6 +27,11 @@ type QuotaCounts interface {
 	QuotaRoom(key []byte) bool
 }
 
+// ErrBucketsFull refuses a call that needs a new bucket while the store
+// is at --max-buckets and no bucket is full: forgetting one that is not
+// would let its key exceed its limit.
+var ErrBucketsFull = &Error{Code: "ERR", Msg: "no room for a new bucket: the store is at --max-buckets and every bucket holds consumption; new keys are refused until buckets refill (keys in use are limited as before)"}
+
 // ErrQuotaCountersFull refuses a call that would start a new quota
 // counter when the node holds as many as it may.
 var ErrQuotaCountersFull = &Error{Code: "ERR", Msg: "quota counters are at their limit (--max-quota-counters): no new quota counter can start until periods end or counters are reset (RL.QUOTA RESET)"}
@@ -177,6 +182,9 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		wait = cfg.MaxWaitMs
 	}
 	r := s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
+	if r.Refused {
+		return Outcome{}, ErrBucketsFull
+	}
 	lv := &plan.Levels[ch.from[r.Level]]
 	out.Result, out.LimitedBy = r, ch.limitedBy(plan, r.Level, sc)
 	switch {

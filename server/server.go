@@ -102,10 +102,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(s.env.Clients.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer together (bounded by --max-client-buffers)."},
 			func() float64 { return float64(s.buffers.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "full"}},
-			func() float64 { f, _ := store.Evictions(); return float64(f) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "pressure"}},
-			func() float64 { _, p := store.Evictions(); return float64(p) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Full buckets dropped at --max-buckets to make room for new ones (nothing is lost).", ConstLabels: prometheus.Labels{"kind": "full"}},
+			func() float64 { return float64(store.Evictions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
+			func() float64 { return float64(store.Refusals()) }),
 	)
 	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
