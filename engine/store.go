@@ -28,14 +28,14 @@ type Store struct {
 	shardBits uint
 	perShard  int // entries one shard may hold; 0 for the structural maximum
 
-	live            atomic.Int64
-	syncing         atomic.Bool // record consumption for peers (sync.go)
-	quotaSrc        atomic.Pointer[QuotaSource]
-	evictedFull     atomic.Uint64
-	refused         atomic.Uint64
-	sweepShard      atomic.Uint64
-	owners          atomic.Pointer[owners] // nil: this node owns every bucket
-	wake            chan struct{}
+	live        atomic.Int64
+	syncing     atomic.Bool // record consumption for peers (sync.go)
+	quotaSrc    atomic.Pointer[QuotaSource]
+	evictedFull atomic.Uint64
+	refused     atomic.Uint64
+	sweepShard  atomic.Uint64
+	owners      atomic.Pointer[owners] // nil: this node owns every bucket
+	wake        chan struct{}
 }
 
 // Options configures a Store.
