@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,7 +162,15 @@ type watch struct {
 	maxRSS  int64
 	maxPing time.Duration
 	pings   int
+	rtts    []time.Duration
 	err     error
+}
+
+// p99 returns the 99th percentile of the bystander's round trips.
+func (w *watch) p99() time.Duration {
+	s := slices.Clone(w.rtts)
+	slices.Sort(s)
+	return s[len(s)*99/100]
 }
 
 func (s *server) watch(password string) *watch {
@@ -194,7 +203,9 @@ func (s *server) watch(password string) *watch {
 				w.err = err
 				return
 			}
-			w.maxPing = max(w.maxPing, time.Since(start))
+			rtt := time.Since(start)
+			w.maxPing = max(w.maxPing, rtt)
+			w.rtts = append(w.rtts, rtt)
 			w.pings++
 		}
 	}()
@@ -215,13 +226,19 @@ func (w *watch) stop(t *testing.T) {
 	}
 }
 
-// check asserts the bounds a scenario must hold, and logs the figures.
-func (w *watch) check(t *testing.T, what string, maxRSS int64, maxPing time.Duration) {
+// check asserts the bounds a scenario must hold, and logs the figures:
+// the server's RSS, the bystander's 99th percentile round trip and its
+// slowest one.
+func (w *watch) check(t *testing.T, what string, maxRSS int64, p99, maxPing time.Duration) {
 	t.Helper()
 	w.stop(t)
-	t.Logf("%s: server RSS at most %.1f MB, bystander PING at most %v (%d PINGs)", what, float64(w.maxRSS)/1e6, w.maxPing.Round(100*time.Microsecond), w.pings)
+	t.Logf("%s: server RSS at most %.1f MB; bystander PING p99 %v, at most %v (%d PINGs)", what, float64(w.maxRSS)/1e6,
+		w.p99().Round(100*time.Microsecond), w.maxPing.Round(100*time.Microsecond), w.pings)
 	if w.maxRSS > maxRSS {
 		t.Errorf("%s: server RSS reached %.1f MB, bound %.1f MB", what, float64(w.maxRSS)/1e6, float64(maxRSS)/1e6)
+	}
+	if w.p99() > p99 {
+		t.Errorf("%s: a bystander's PING took %v at the 99th percentile, bound %v", what, w.p99(), p99)
 	}
 	if w.maxPing > maxPing {
 		t.Errorf("%s: a bystander's PING took %v, bound %v", what, w.maxPing, maxPing)
