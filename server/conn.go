@@ -194,8 +194,12 @@ func (c *conn) serve() error {
 				// needs, if less), so memory stays within twice what the
 				// client has sent.
 				if c.w == len(c.buf) {
+					// need is exact for an argument whose length is
+					// known, and only "one more byte" for a line not
+					// yet ended: growing by that would copy the buffer
+					// for every byte that arrives.
 					size := 2 * len(c.buf)
-					if need > len(c.buf) {
+					if need > len(c.buf)+1 {
 						size = min(size, need)
 					}
 					if !c.grow(size) {
