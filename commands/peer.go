@@ -89,6 +89,11 @@ func fromPeer(ctx *Ctx, from []byte) bool {
 	return true
 }
 
+// maxForwardedSkew is how far ahead of this node's clock a forwarded quota
+// batch may be numbered or dated (as RL.QUOTASYNC allows): clocks of nodes
+// differ by far less.
+const maxForwardedSkew = time.Hour
+
 // checkForwarded validates an entry a node forwards to the leader
 // (RL.CLUSTER APPLY) against the node that sends it: what it writes on
 // its own behalf must name it, and a batch of quota counts must not be
@@ -106,7 +111,7 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 			ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: quota counts of node '" + printable([]byte(e.Origin), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 			return false
 		}
-		horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxQuotaSkew)
+		horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxForwardedSkew)
 		if e.Seq == 0 || e.Seq > uint64(horizon) || e.Now > horizon {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: quota batch number or time more than an hour ahead of this node's clock")
 			return false
