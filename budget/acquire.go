@@ -37,6 +37,11 @@ type QuotaCounts interface {
 	QuotaRoom(key []byte) bool
 }
 
+// ErrBucketsFull refuses a call that needs a new bucket while the store
+// is at --max-buckets and no bucket is full: forgetting one that is not
+// would let its key exceed its limit.
+var ErrBucketsFull = &Error{Code: "ERR", Msg: "no room for a new bucket: the store is at --max-buckets and every bucket holds consumption; new keys are refused until buckets refill (keys in use are limited as before)"}
+
 // ErrQuotaCountersFull refuses a call that would start a new quota
 // counter when the node holds as many as it may.
 var ErrQuotaCountersFull = &Error{Code: "ERR", Msg: "quota counters are at their limit (--max-quota-counters): no new quota counter can start until periods end or counters are reset (RL.QUOTA RESET)"}
@@ -232,6 +237,11 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		r = s.Acquire(now, ch.reqs[0], wait*int64(time.Millisecond), c.DryRun)
 	} else {
 		r = s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
+	}
+	if r.Refused && ch.plan != nil {
+		// An inline call (and CL.THROTTLE) is denied with the retry
+		// time; a budget call is told why (docs/operations.md).
+		return Outcome{}, ErrBucketsFull
 	}
 	out.Result, out.LimitedBy = r, ch.limitedBy(r.Level, sc)
 	switch {

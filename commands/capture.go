@@ -62,6 +62,9 @@ func (c *Capture) NetConn() net.Conn              { return nil }
 func (env *Env) Run(args ...string) []byte {
 	c := NewCapture()
 	s := NewSession(0, "internal", "", RoleAdmin, func() {})
+	if env.Cluster != nil {
+		s.setPeer(env.Cluster.ID()) // the node itself
+	}
 	a := make([][]byte, len(args))
 	for i, x := range args {
 		a[i] = []byte(x)

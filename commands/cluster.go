@@ -105,7 +105,7 @@ func clusterCmd(ctx *Ctx) {
 	case eq(sub, "JOIN") && (len(a) == 5 || len(a) == 6 && eq(a[5], "AUTO")):
 		// AUTO marks a node's own request to join (sent by the node
 		// itself), which is refused for a node an operator removed.
-		if !adminRole(ctx) {
+		if len(a) == 6 && !fromPeer(ctx, nil) || !adminRole(ctx) {
 			return
 		}
 		id, raftAddr, respAddr := string(a[2]), string(a[3]), string(a[4])
@@ -117,11 +117,15 @@ func clusterCmd(ctx *Ctx) {
 	case eq(sub, "APPLY") && len(a) == 3:
 		// A write another node forwards to this one, the leader: an
 		// encoded log entry; the reply is its encoded outcome.
-		if !adminRole(ctx) {
+		if !fromPeer(ctx, nil) {
 			return
 		}
-		if _, err := raftfsm.Decode(a[2]); err != nil {
+		e, err := raftfsm.Decode(a[2])
+		if err != nil {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: " + err.Error())
+			return
+		}
+		if !checkForwarded(ctx, e) {
 			return
 		}
 		// The argument lives in the connection's read buffer, which the

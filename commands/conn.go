@@ -102,6 +102,14 @@ func helloCmd(ctx *Ctx) {
 
 // authenticate checks credentials, replying with the error on failure.
 func (ctx *Ctx) authenticate(user, pass []byte) bool {
+	if id, isPeer, ok := ctx.Env.PeerAuth.check(user, pass); isPeer {
+		if !ok {
+			ctx.Conn.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
+			return false
+		}
+		ctx.S.setPeer(id)
+		return true
+	}
 	if !ctx.Env.Auth.Required() {
 		ctx.Conn.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
 		return false
@@ -333,7 +341,7 @@ func resetConnCmd(ctx *Ctx) {
 	s.tracking.Store(false)
 	s.redirect.Store(0)
 	s.mu.Lock()
-	s.name, s.user = "", "default"
+	s.name, s.user, s.peer = "", "default", ""
 	if ctx.Env.Auth.Required() {
 		s.role = RoleNone
 	} else {

@@ -88,6 +88,9 @@ func quotaReset(ctx *Ctx) {
 }
 
 func quotaSyncCmd(ctx *Ctx) {
+	if !fromPeer(ctx, ctx.Args[1]) {
+		return
+	}
 	var b quota.Batch
 	if err := json.Unmarshal(ctx.Args[2], &b); err != nil {
 		ctx.Conn.WriteError("ERR RL.QUOTASYNC payload: not a batch of quota counts")

@@ -276,14 +276,14 @@ func (env *Env) infoSection(sec string) []InfoField {
 		}
 	case "stats":
 		allowed, denied := env.Metrics.AcquireTotals()
-		full, pressure := env.Store.Evictions()
+		full, refused := env.Store.Evictions(), env.Store.Refusals()
 		return []InfoField{
 			f("total_connections_received", int64(value(env.Metrics.ConnectionsReceived))),
 			f("total_commands_processed", env.Metrics.TotalCommands()),
 			f("acquire_allowed", allowed),
 			f("acquire_denied", denied),
 			f("evicted_full_buckets", full),
-			f("evicted_buckets_under_pressure", pressure),
+			f("refused_new_buckets", refused),
 		}
 	case "memory":
 		var m runtime.MemStats

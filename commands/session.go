@@ -66,7 +66,8 @@ type Session struct {
 	libVer  string
 	user    string
 	role    Role
-	noLoop  bool // CLIENT TRACKING … NOLOOP
+	peer    string // the node this session authenticated as (peer.go)
+	noLoop  bool   // CLIENT TRACKING … NOLOOP
 
 	// resp3 is true after HELLO 3 (reply.go); read by CLIENT LIST from
 	// other connections, hence atomic.
@@ -165,7 +166,7 @@ func (s *Session) Role() Role {
 
 func (s *Session) setAuth(user string, role Role) {
 	s.mu.Lock()
-	s.user, s.role = user, role
+	s.user, s.role, s.peer = user, role, ""
 	s.mu.Unlock()
 }
 
@@ -337,6 +338,7 @@ type Env struct {
 	Now      func() int64
 	Clients  *Clients
 	Auth     *Auth
+	PeerAuth *PeerAuth // the credentials nodes present to each other
 	Metrics  *Metrics
 	Registry *Registry
 	Version  string

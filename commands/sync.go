@@ -55,6 +55,9 @@ func syncCommands() []*Command {
 // to one burst per peer, enough for the cluster to absorb every node
 // spending its full burst at once.
 func syncCmd(ctx *Ctx) {
+	if !fromPeer(ctx, ctx.Args[1]) {
+		return
+	}
 	from := string(ctx.Args[1])
 	st := ctx.Env.Cluster.State()
 	if _, ok := st.Members[from]; !ok {
@@ -83,6 +86,9 @@ func syncCmd(ctx *Ctx) {
 // when none, in how many ns to ask again, and how many it kept. With RETURN it takes back tokens
 // of expired leases.
 func leaseCmd(ctx *Ctx) {
+	if !fromPeer(ctx, ctx.Args[1]) {
+		return
+	}
 	a := ctx.Args
 	from := string(a[1])
 	if _, ok := ctx.Env.Cluster.State().Members[from]; !ok {

@@ -91,6 +91,10 @@ type Result struct {
 	// not in what this node holds reserved (QuotaGate): reserving more and
 	// trying again may admit it.
 	Reserve bool
+	// Refused: denied because the call needed a new bucket and the store
+	// is at its bound with no full bucket to forget (Options.MaxBuckets);
+	// RetryAfter is then when one may be.
+	Refused bool
 }
 
 // level is one request's progress through an acquire.
@@ -155,10 +159,10 @@ func (s *Store) update(lv *level, r *Request) {
 	}
 }
 
-// create stores an admitted level's new state in a new bucket.
-func (s *Store) create(lv *level, r *Request, now int64, keep []uint32, kept []bool) {
+// create stores an admitted level's new state in a new bucket; the caller
+// has made room (makeRoom).
+func (s *Store) create(lv *level, r *Request) {
 	sh := &s.shards[lv.h.shard]
-	s.makeRoom(sh, now, keep, kept)
 	i := sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
 	s.live.Add(1)
 	if lv.lease {
@@ -181,8 +185,12 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 	if o.ok && o.changed && !dryRun {
 		if lv.exists {
 			s.update(&lv, &r)
+		} else if s.makeRoom(sh, now, nil, nil) {
+			s.create(&lv, &r)
 		} else {
-			s.create(&lv, &r, now, nil, nil)
+			res := s.refusal(sh, now, &r)
+			sh.mu.Unlock()
+			return res
 		}
 	}
 	if lv.lease && !dryRun {
@@ -231,6 +239,16 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 	}
 	res := combine(outs[:n], reqs)
 	if res.Allowed && !dryRun {
+		// Every new bucket needs room before anything is charged.
+		for i := range reqs {
+			if sh := &s.shards[lvs[i].h.shard]; outs[i].changed && !exists[i] && !s.makeRoom(sh, now, idx[:n], exists[:n]) {
+				res = s.refusal(sh, now, &reqs[i])
+				res.Level = i
+				break
+			}
+		}
+	}
+	if res.Allowed && !dryRun {
 		// Update existing buckets first, then create: making room may
 		// evict, and must not evict a bucket this call is charging.
 		for i := range reqs {
@@ -240,11 +258,11 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 		}
 		for i := range reqs {
 			if outs[i].changed && !exists[i] {
-				s.create(&lvs[i], &reqs[i], now, idx[:n], exists[:n])
+				s.create(&lvs[i], &reqs[i])
 			}
 		}
 	}
-	if !dryRun {
+	if !dryRun && !res.Refused {
 		// A refused call counts as demand only on the leases that lacked
 		// tokens: the others would hold tokens they cannot spend.
 		for i := range reqs {

@@ -238,8 +238,10 @@ func (s *Store) want(lv *level, r *Request, now int64, admitted bool) {
 	sh := &s.shards[lv.h.shard]
 	i, ok := sh.find(lv.h, r.Key)
 	if !ok {
+		if !s.makeRoom(sh, now, nil, nil) {
+			return // no room for the lease: it is asked for again on a later call
+		}
 		c := s.credit(r.Limit)
-		s.makeRoom(sh, now, nil, nil)
 		i = sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), state{a: c, b: now + LeaseTTL})
 		s.live.Add(1)
 		if c > 0 {
@@ -327,6 +329,8 @@ func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires
 		if n <= 0 {
 			return
 		}
+		// Tokens the owner took from its bucket for this node: kept even
+		// past the bound, since dropping them would waste them.
 		s.makeRoom(sh, now, nil, nil)
 		i = sh.insert(h, key, sh.internLimit(lim), state{b: now})
 		s.live.Add(1)
@@ -380,8 +384,11 @@ func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, lef
 	if lv.out.changed {
 		if lv.exists {
 			s.update(&lv, &r)
+		} else if s.makeRoom(sh, now, nil, nil) {
+			s.create(&lv, &r)
 		} else {
-			s.create(&lv, &r, now, nil, nil)
+			s.refused.Add(1) // no room for the bucket: the peer's callers are refused as ours would be
+			return 0, 0, max(sh.fullUntil-now, rescanAfter), 0
 		}
 	}
 	return r.Cost, leaseEnd(r.Limit, now), 0, lv.out.remaining

@@ -28,15 +28,15 @@ type Store struct {
 	shardBits uint
 	perShard  int // entries one shard may hold; 0 for the structural maximum
 
-	live            atomic.Int64
-	syncing         atomic.Bool // record consumption for peers (sync.go)
-	quotaSrc        atomic.Pointer[QuotaSource]
-	quotaGate       atomic.Pointer[QuotaGate]
-	evictedFull     atomic.Uint64
-	evictedPressure atomic.Uint64
-	sweepShard      atomic.Uint64
-	owners          atomic.Pointer[owners] // nil: this node owns every bucket
-	wake            chan struct{}
+	live        atomic.Int64
+	syncing     atomic.Bool // record consumption for peers (sync.go)
+	quotaSrc    atomic.Pointer[QuotaSource]
+	quotaGate   atomic.Pointer[QuotaGate]
+	evictedFull atomic.Uint64
+	refused     atomic.Uint64
+	sweepShard  atomic.Uint64
+	owners      atomic.Pointer[owners] // nil: this node owns every bucket
+	wake        chan struct{}
 }
 
 // Options configures a Store.
@@ -44,8 +44,10 @@ type Options struct {
 	// Shards is rounded up to a power of two; 0 sizes it to the machine.
 	Shards int
 	// MaxBuckets bounds live buckets; 0 means only the structural bound of
-	// 16M per shard. At the bound, a new bucket first evicts a full one
-	// (nothing is lost) and otherwise the sampled bucket nearest to full.
+	// 16M per shard. At the bound, a new bucket takes the place of a full
+	// one (nothing is lost); if none is full, the new bucket is refused:
+	// a bucket that holds consumption is never forgotten to make room, so
+	// that a flood of new keys cannot undo other keys' limits.
 	MaxBuckets int
 }
 
@@ -79,11 +81,13 @@ func New(o Options) *Store {
 // Len returns the number of live buckets.
 func (s *Store) Len() int { return int(s.live.Load()) }
 
-// Evictions returns how many buckets were dropped to make room: full ones
-// (nothing lost) and, under pressure, ones that were not yet full.
-func (s *Store) Evictions() (full, pressure uint64) {
-	return s.evictedFull.Load(), s.evictedPressure.Load()
-}
+// Evictions returns how many full buckets were dropped to make room for
+// new ones (nothing is lost by that).
+func (s *Store) Evictions() uint64 { return s.evictedFull.Load() }
+
+// Refusals returns how many calls were refused because they needed a new
+// bucket while the store was at its bound and no bucket was full.
+func (s *Store) Refusals() uint64 { return s.refused.Load() }
 
 // MaxBuckets returns the configured bound on live buckets, 0 if none.
 func (s *Store) MaxBuckets() int { return s.perShard << s.shardBits }
@@ -168,8 +172,12 @@ type shard struct {
 	owed   map[uint32]int64 // a lease's spent credit not yet sent
 	left   map[uint32]int64 // the owner's tokens at a lease's last grant
 
-	qkey []byte   // a quota key handed to the quota source
-	_    [40]byte // keep neighbouring shards' locks off this cache line
+	qkey []byte // a quota key handed to the quota source
+	// fullUntil is, for a shard at its bound with no full bucket, the
+	// earliest time one of them may be full: new buckets are refused
+	// before it without scanning.
+	fullUntil int64
+	_         [32]byte // keep neighbouring shards' locks off this cache line
 }
 
 func (sh *shard) init() {
@@ -364,27 +372,40 @@ func (sh *shard) dropLimit(i uint32) {
 	}
 }
 
-// makeRoom frees an entry if the shard is at its bound. It first forgets
-// every full bucket among up to 1024 entries from the sweep cursor (nothing
-// is lost by that); only if none is full does it evict the scanned bucket
-// nearest to full. It never evicts an entry listed in keep (where kept[i]).
-func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) {
+// rescanAfter bounds how long a shard at its bound refuses new buckets
+// on the strength of a partial scan before it looks at more entries.
+const rescanAfter = int64(1e6) // 1 ms
+
+// makeRoom reports whether the shard has room for a new entry, freeing
+// some if it is at its bound: it forgets every full bucket among up to
+// 1024 entries from the sweep cursor (nothing is lost by that). It never
+// forgets a bucket that is not full: a key's consumption is what limits
+// it, and forgetting it would let that key exceed its limit. When nothing
+// scanned is full it returns false and notes when a scanned bucket will
+// be (at most rescanAfter ahead if the scan did not cover the shard), so
+// that until then new buckets are refused at once. An entry listed in
+// keep (where kept[i]), one the caller is charging, is never freed; if
+// everything scanned is such an entry, the call may exceed the bound.
+func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) bool {
 	limit := s.perShard
 	if limit <= 0 || limit > maxEntry {
 		limit = maxEntry
 	}
 	if sh.count < limit {
-		return
+		return true
+	}
+	if now < sh.fullUntil {
+		return false
 	}
 	mask := len(sh.index) - 1
-	best, bestAt, freed := -1, int64(math.MaxInt64), 0
-	for n, k := 0, 0; n < min(1024, sh.count) && k < len(sh.index); k++ {
+	best, bestAt, freed, scanned := -1, int64(math.MaxInt64), 0, 0
+	for k := 0; scanned < min(1024, sh.count) && k < len(sh.index); k++ {
 		pos := (sh.sweep + k) & mask
 		v := sh.index[pos]
 		if v == 0 {
 			continue
 		}
-		n++
+		scanned++
 		if isKept(v&0xffffff-1, keep, kept) {
 			continue
 		}
@@ -405,14 +426,23 @@ func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) {
 		s.evictedFull.Add(uint64(freed))
 		s.live.Add(int64(-freed))
 		sh.shrink()
-		return
+		return true
 	}
 	if best < 0 {
-		return // everything scanned is in use by this call: exceed the bound by one
+		return true // everything scanned is in use by this call: exceed the bound by one
 	}
-	s.evictedPressure.Add(1)
-	sh.removeAt(uint32(best))
-	s.live.Add(-1)
+	sh.fullUntil = bestAt
+	if scanned < sh.count {
+		sh.fullUntil = min(bestAt, now+rescanAfter)
+	}
+	return false
+}
+
+// refusal is the result of a call refused for want of room for a new
+// bucket: denied, to be retried when a bucket of the shard may be full.
+func (s *Store) refusal(sh *shard, now int64, r *Request) Result {
+	s.refused.Add(1)
+	return Result{Refused: true, Limit: r.Limit.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
 }
 
 func isKept(i uint32, keep []uint32, kept []bool) bool {

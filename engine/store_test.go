@@ -176,21 +176,48 @@ func TestMaxBucketsEvictsFullFirst(t *testing.T) {
 			t.Fatalf("len %d above the bound", s.Len())
 		}
 	}
-	full, pressure := s.Evictions()
-	if full != 50 || pressure != 0 {
-		t.Fatalf("evictions full=%d pressure=%d, want 50/0", full, pressure)
+	if full, refused := s.Evictions(), s.Refusals(); full != 50 || refused != 0 {
+		t.Fatalf("evictions full=%d, refusals %d, want 50/0", full, refused)
 	}
 	for i := 0; i < 50; i++ {
 		if r := s.Acquire(now, Request{Key: []byte(fmt.Sprintf("slow:%d", i)), Limit: slow}, 0, true); r.Remaining != 0 {
 			t.Fatalf("slow:%d was evicted", i)
 		}
 	}
-	// Past the full ones, pressure evicts the bucket nearest to full.
+	// Past the full ones, a new key is refused: no bucket that holds
+	// consumption is forgotten, so every key's limit holds.
 	for i := 0; i < 10; i++ {
-		s.Acquire(now, Request{Key: []byte(fmt.Sprintf("more:%d", i)), Limit: slow, Cost: 1}, 0, false)
+		r := s.Acquire(now, Request{Key: []byte(fmt.Sprintf("more:%d", i)), Limit: slow, Cost: 1}, 0, false)
+		if r.Allowed || !r.Refused || r.RetryAfter <= 0 {
+			t.Fatalf("a new key at the bound: %+v", r)
+		}
 	}
-	if _, pressure = s.Evictions(); pressure != 10 || s.Len() != 100 {
-		t.Fatalf("pressure evictions %d, len %d", pressure, s.Len())
+	if refused := s.Refusals(); refused != 10 || s.Len() != 100 {
+		t.Fatalf("refusals %d, len %d", refused, s.Len())
+	}
+	for i := 0; i < 50; i++ {
+		for _, k := range []string{"slow:", "new:"} {
+			if r := s.Acquire(now, Request{Key: []byte(fmt.Sprintf("%s%d", k, i)), Limit: slow, Cost: 1}, 0, false); r.Allowed || r.Refused {
+				t.Fatalf("%s%d at its limit: %+v", k, i, r)
+			}
+		}
+	}
+	// A multi-level call that needs a new bucket is refused whole: its
+	// existing level is not charged either.
+	fast := mustLimit(t, TokenBucket, 10, time.Hour, 10)
+	s2 := New(Options{Shards: 1, MaxBuckets: 2})
+	s2.Acquire(t0, Request{Key: []byte("a"), Limit: fast, Cost: 1}, 0, false)
+	s2.Acquire(t0, Request{Key: []byte("b"), Limit: fast, Cost: 1}, 0, false)
+	if r := s2.AcquireAll(t0, []Request{{Key: []byte("a"), Limit: fast, Cost: 1}, {Key: []byte("c"), Limit: fast, Cost: 1}}, 0, false); !r.Refused || r.Level != 1 {
+		t.Fatalf("a call with a new level at the bound: %+v", r)
+	}
+	if r := s2.Acquire(t0, Request{Key: []byte("a"), Limit: fast}, 0, true); r.Remaining != 9 {
+		t.Fatalf("the existing level of a refused call: %d remaining, want 9", r.Remaining)
+	}
+	// Once a bucket is full again, a new key takes its place.
+	later := now + int64(2*time.Hour)
+	if r := s.Acquire(later, Request{Key: []byte("more:0"), Limit: slow, Cost: 1}, 0, false); !r.Allowed {
+		t.Fatalf("a new key once buckets refilled: %+v", r)
 	}
 }
 

@@ -129,7 +129,9 @@ func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
 			}
 			e.st = next
 		} else {
-			s.makeRoom(sh, now, nil, nil)
+			if !s.makeRoom(sh, now, nil, nil) {
+				return Result{Refused: true, Limit: lim.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
+			}
 			i = sh.insert(h, r.Key, sh.internLimit(lim), next)
 			s.live.Add(1)
 		}
@@ -208,6 +210,9 @@ func (s *Store) Consume(now int64, space Space, key []byte, lim *Limit, delta, m
 		sh.entry(i).st = st
 		return
 	}
+	// Consumption that happened on another node is recorded even past the
+	// bound: dropping it would let the key exceed its limit. The peers'
+	// own bounds bound it.
 	s.makeRoom(sh, now, nil, nil)
 	sh.insert(h, key, sh.internLimit(lim), st)
 	s.live.Add(1)

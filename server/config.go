@@ -44,6 +44,7 @@ type Config struct {
 	MaxKeyLen            int
 	MaxBulkLen           int
 	MaxArgs              int
+	MaxClientBuffers     int // bytes of every connection's read buffer together
 	Shards               int
 	SyncInterval         time.Duration
 	ApplyTimeout         time.Duration
@@ -126,7 +127,7 @@ var settings = []setting{
 	{name: "join", def: "", usage: "RESP address of any member to join", bind: str(func(c *Config) *string { return &c.Join })},
 	{name: "budgets", def: "", usage: "JSON file (RL.BUDGET EXPORT shape) seeding an empty budget tree", bind: str(func(c *Config) *string { return &c.Budgets })},
 	{name: "requirepass", def: "", secret: true, usage: "password of the default user (admin role)", bind: str(func(c *Config) *string { return &c.RequirePass })},
-	{name: "peer-password", def: "", secret: true, usage: "password nodes present to each other (user sluice-peer, admin) for forwarded writes and joins; default: --requirepass", bind: str(func(c *Config) *string { return &c.PeerPassword })},
+	{name: "peer-password", def: "", secret: true, usage: "cluster secret nodes prove themselves to each other with (as sluice-peer:<node-id>), for forwarded writes, joins and internal commands; also the password of user sluice-peer (admin); default: --requirepass", bind: str(func(c *Config) *string { return &c.PeerPassword })},
 	{name: "acl-file", def: "", usage: "ACL file: lines 'user <name> <limiter|admin> <sha256-hex of password>'", bind: str(func(c *Config) *string { return &c.ACLFile })},
 	{name: "tls-cert", def: "", usage: "TLS certificate (PEM) for client and Raft traffic", bind: str(func(c *Config) *string { return &c.TLSCert })},
 	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},
@@ -135,10 +136,11 @@ var settings = []setting{
 	{name: "timeout", def: "0", usage: "close a client connection idle for this many seconds (0: never), like Redis's timeout", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
 	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this many seconds after connecting, when a password is required (0: never)", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
-	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; full buckets are dropped first", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
+	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
+	{name: "max-client-buffers", def: "1073741824", usage: "maximum bytes of every client connection's read buffer together; a command that would grow them past it is refused and its connection closed", bind: num(func(c *Config) *int { return &c.MaxClientBuffers })},
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
 	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
 	{name: "apply-timeout", def: "5s", usage: "how long a configuration write may wait for a leader and its commit", bind: dur(func(c *Config) *time.Duration { return &c.ApplyTimeout })},
@@ -361,6 +363,10 @@ func (c *Config) Validate() error {
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
 	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
 	intRange("max-args", c.MaxArgs, 16, 1<<20)
+	if c.MaxClientBuffers < 2*c.MaxBulkLen || c.MaxClientBuffers > 1<<40 {
+		bad("max-client-buffers", "must be between twice --max-bulk-len (%d, so that one command of the largest size fits) and %d, got %d",
+			2*c.MaxBulkLen, int64(1)<<40, c.MaxClientBuffers)
+	}
 	intRange("shards", c.Shards, 0, 4096)
 	if c.ApplyTimeout < 100*time.Millisecond || c.ApplyTimeout > 10*time.Minute {
 		bad("apply-timeout", "must be between 100ms and 10m, got %v", c.ApplyTimeout)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ type conn struct {
 	// (--auth-timeout); zero when no password is required.
 	authBy      time.Time
 	readExpires string // why the read deadline is set: "idle", "auth_timeout" or ""
+	// held is the part of --max-client-buffers this connection's read
+	// buffer takes (its length).
+	held int64
 }
 
 const (
@@ -90,6 +94,60 @@ func (c *conn) fail(err error) error {
 	c.wr.WriteError("ERR Protocol error: " + err.Error())
 	c.srv.env.Metrics.ProtocolErrors.Inc()
 	c.flush()
+	c.linger()
+	return errProtocol
+}
+
+// lingerFor bounds how long a connection closed for what its client sent
+// goes on reading (and discarding) the rest of it.
+const lingerFor = time.Second
+
+// linger ends the connection's sending side after its last reply and
+// discards what the client still sends, for up to lingerFor: closing a
+// socket with unread data resets it, and the reset can reach the client
+// before the error text that explains it, which it then never reads.
+func (c *conn) linger() {
+	type closeWriter interface{ CloseWrite() error }
+	cw, ok := c.nc.(closeWriter)
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(lingerFor))
+	scratch := c.buf[:min(len(c.buf), initialBuffer)]
+	for {
+		if _, err := c.nc.Read(scratch); err != nil {
+			return
+		}
+	}
+}
+
+// grow resizes the read buffer to size bytes, keeping what it holds, if
+// --max-client-buffers (every connection's read buffers together) has room
+// for the difference.
+func (c *conn) grow(size int) bool {
+	if !c.srv.reserveBuffer(int64(size) - c.held) {
+		return false
+	}
+	c.held = int64(size)
+	c.buf = append(c.buf[:len(c.buf):len(c.buf)], make([]byte, size-len(c.buf))...)
+	return true
+}
+
+// resetBuffer drops a buffer grown for one large command.
+func (c *conn) resetBuffer() {
+	c.srv.reserveBuffer(initialBuffer - c.held)
+	c.held = initialBuffer
+	c.buf = make([]byte, initialBuffer)
+}
+
+// buffersFull refuses a command the read buffers cannot take and ends the
+// connection.
+func (c *conn) buffersFull() error {
+	c.wr.WriteError("ERR client read buffers are full: the connections' read buffers together reached --max-client-buffers (" +
+		strconv.Itoa(c.srv.cfg.MaxClientBuffers) + " bytes); this command does not fit now")
+	c.srv.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers").Inc()
+	c.flush()
+	c.linger()
 	return errProtocol
 }
 
@@ -97,6 +155,11 @@ func (c *conn) fail(err error) error {
 // QUIT, CLIENT KILL or shutdown.
 func (c *conn) serve() error {
 	c.buf = make([]byte, initialBuffer)
+	// The initial buffer is always granted (--maxclients bounds them);
+	// growing beyond it is what --max-client-buffers refuses.
+	c.srv.buffers.Add(initialBuffer)
+	c.held = initialBuffer
+	defer func() { c.srv.reserveBuffer(-c.held); c.held = 0 }()
 	c.args = make([][]byte, 0, 16)
 	sess, _ := c.ctx.(*commands.Session)
 	sess.ReadBuf.Store(int64(len(c.buf)))
@@ -131,11 +194,17 @@ func (c *conn) serve() error {
 				// needs, if less), so memory stays within twice what the
 				// client has sent.
 				if c.w == len(c.buf) {
+					// need is exact for an argument whose length is
+					// known, and only "one more byte" for a line not
+					// yet ended: growing by that would copy the buffer
+					// for every byte that arrives.
 					size := 2 * len(c.buf)
-					if need > len(c.buf) {
+					if need > len(c.buf)+1 {
 						size = min(size, need)
 					}
-					c.buf = append(c.buf, make([]byte, size-len(c.buf))...)
+					if !c.grow(size) {
+						return c.buffersFull()
+					}
 					sess.ReadBuf.Store(int64(len(c.buf)))
 					sess.ReadPeak.Store(max(sess.ReadPeak.Load(), int64(len(c.buf))))
 				}
@@ -154,7 +223,7 @@ func (c *conn) serve() error {
 		if c.r == c.w {
 			c.r, c.w = 0, 0
 			if len(c.buf) > shrinkAbove {
-				c.buf = make([]byte, initialBuffer)
+				c.resetBuffer()
 				sess.ReadBuf.Store(initialBuffer)
 			}
 		}
@@ -230,8 +299,8 @@ func (c *conn) Watch() (<-chan struct{}, func()) {
 	go func() {
 		defer close(done)
 		for c.w+got < watchMax {
-			if c.w+got == len(c.buf) {
-				c.buf = append(c.buf, make([]byte, len(c.buf))...)
+			if c.w+got == len(c.buf) && !c.grow(2*len(c.buf)) {
+				return // no room to read ahead: the loop reads the rest
 			}
 			n, err := c.nc.Read(c.buf[c.w+got:])
 			got += n

@@ -62,10 +62,6 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 		Join: cfg.Join, Logger: log.With("component", "raft"),
 		LogLevel: cfg.LogLevel, ApplyTimeout: cfg.ApplyTimeout,
 	}
-	peerUser, peerPass := "", cfg.RequirePass
-	if cfg.PeerPassword != "" {
-		peerUser, peerPass = PeerUser, cfg.PeerPassword
-	}
 	if cfg.BootstrapPeers != "" {
 		peers, _ := ParsePeers(cfg.BootstrapPeers)
 		known := false
@@ -92,12 +88,15 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	if hooks.Raft != nil {
 		hooks.Raft(&o)
 	}
-	o.Remote = newRemote(cfg.NodeID, o.ClientTLS, peerUser, peerPass)
+	rem := newRemote(&cfg, o.ClientTLS)
+	o.Remote = rem
 	rn, err := raftfsm.Open(o)
 	if err != nil {
 		s.closeListeners()
 		return nil, err
 	}
+	rem.setID(rn.ID())
+	peerUser, peerPass := cfg.peerLogin(rn.ID())
 	s.env.Cluster = rn
 	s.env.Service.Cluster, s.env.Service.Quotas = rn, rn.FSM()
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)

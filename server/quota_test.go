@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/internal/resptest"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -303,6 +304,9 @@ func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
 func TestQuotaBatchFromTheFutureIsRefused(t *testing.T) {
 	n := startNode(t, nil)
 	c := resptest.Dial(t, n.Server.RespAddr())
+	if got := c.Do("AUTH", commands.PeerUserPrefix+n.Raft.ID(), commands.PeerToken("", n.Raft.ID())); got != "+OK" {
+		t.Fatal(got) // internal commands come from nodes only
+	}
 	future := `{"seq":18446744073709551615,"now":1,"quotas":[{"key":"aXxr","limit":5,"start":0,"end":9999999999999999999,"used":1,"period":"day UTC"}]}`
 	if got := c.Do("RL.QUOTASYNC", n.Raft.ID(), future); got != "-ERR RL.QUOTASYNC payload: batch number or time more than an hour ahead of this node's clock" {
 		t.Fatalf("a batch from the future: %s", got)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/respclient"
@@ -16,15 +17,25 @@ import (
 // peer credentials.
 type remote struct {
 	join, fwd *respclient.Client
+	// id is this node's id, which its credentials name: known from the
+	// configuration or, with a Raft port the OS picks, once Raft has
+	// bound it (the node's own join request carries it).
+	id atomic.Pointer[string]
 }
 
-func newRemote(id string, clientTLS *tls.Config, user, password string) *remote {
+func newRemote(cfg *Config, clientTLS *tls.Config) *remote {
+	r := &remote{}
+	r.setID(cfg.NodeID)
+	login := func() (string, string) { return cfg.peerLogin(*r.id.Load()) }
 	c := func(name string) *respclient.Client {
-		return &respclient.Client{TLS: clientTLS, User: user, Password: password, Name: name,
+		return &respclient.Client{TLS: clientTLS, Login: login, Name: name,
 			Timeout: 10 * time.Second, DialTimeout: 500 * time.Millisecond}
 	}
-	return &remote{join: c("sluice-peer:" + id), fwd: c(raftfsm.ForwardPrefix + id)}
+	r.join, r.fwd = c("sluice-peer:"+cfg.NodeID), c(raftfsm.ForwardPrefix+cfg.NodeID)
+	return r
 }
+
+func (r *remote) setID(id string) { r.id.Store(&id) }
 
 // Forward sends RL.CLUSTER APPLY with the encoded entry to the leader.
 func (r *remote) Forward(ctx context.Context, addr string, entry []byte) (raftfsm.Response, error) {
@@ -50,6 +61,9 @@ func (r *remote) Relay(ctx context.Context, addr string, args [][]byte) ([]byte,
 
 // Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join.
 func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error {
+	if *r.id.Load() == "" {
+		r.setID(m.ID)
+	}
 	raw, err := r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
 		[]byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")})
 	if err != nil {

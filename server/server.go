@@ -49,6 +49,9 @@ type Server struct {
 	http     *http.Server
 	httpLn   net.Listener
 	draining atomic.Bool
+	// buffers is the bytes of every connection's read buffer together,
+	// bounded by --max-client-buffers.
+	buffers  atomic.Int64
 	shutdown chan struct{}
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -68,6 +71,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Store:     store,
 		Clients:   commands.NewClients(),
 		Auth:      commands.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
+		PeerAuth:  commands.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
 		Metrics:   commands.NewMetrics(reg),
 		Registry:  reg,
 		Version:   Version,
@@ -97,12 +101,28 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(store.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_connected_clients", Help: "Connected RESP clients."},
 			func() float64 { return float64(s.env.Clients.Len()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "full"}},
-			func() float64 { f, _ := store.Evictions(); return float64(f) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Buckets dropped at --max-buckets: full ones lose nothing.", ConstLabels: prometheus.Labels{"kind": "pressure"}},
-			func() float64 { _, p := store.Evictions(); return float64(p) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer together (bounded by --max-client-buffers)."},
+			func() float64 { return float64(s.buffers.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Full buckets dropped at --max-buckets to make room for new ones (nothing is lost).", ConstLabels: prometheus.Labels{"kind": "full"}},
+			func() float64 { return float64(store.Evictions()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
+			func() float64 { return float64(store.Refusals()) }),
 	)
+	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
+}
+
+// reserveBuffer takes n more bytes of --max-client-buffers for a read
+// buffer, or gives -n back; it refuses growth past the bound.
+func (s *Server) reserveBuffer(n int64) bool {
+	if n > 0 && s.buffers.Add(n) > int64(s.cfg.MaxClientBuffers) {
+		s.buffers.Add(-n)
+		return false
+	}
+	if n <= 0 {
+		s.buffers.Add(n)
+	}
+	return true
 }
 
 // PeerUser is the user nodes authenticate as with --peer-password.
@@ -114,6 +134,20 @@ func peerUser(cfg Config, acl []commands.ACLUser) []commands.ACLUser {
 		return acl
 	}
 	return append(acl, commands.ACLUser{Name: PeerUser, Role: commands.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
+}
+
+// peerSecret is the cluster secret nodes prove themselves to each other
+// with: --peer-password, else --requirepass.
+func (c *Config) peerSecret() string {
+	if c.PeerPassword != "" {
+		return c.PeerPassword
+	}
+	return c.RequirePass
+}
+
+// peerLogin returns the user and password node id authenticates as.
+func (c *Config) peerLogin(id string) (user, password string) {
+	return commands.PeerUserPrefix + id, commands.PeerToken(c.peerSecret(), id)
 }
 
 // Env exposes the shared command environment (for tests and wiring).

@@ -20,6 +20,9 @@ type Client struct {
 	TLS      *tls.Config
 	User     string // empty: the default user
 	Password string
+	// Login, if set, gives the user and password at each dial instead of
+	// User and Password (for credentials known only later).
+	Login func() (user, password string)
 	// Name is sent with CLIENT SETNAME on every new connection.
 	Name    string
 	Timeout time.Duration
@@ -122,11 +125,15 @@ func (cl *Client) getDial(addr string, dial time.Duration) (*conn, error) {
 	}
 	c := &conn{c: nc, r: bufio.NewReader(nc)}
 	hello := [][][]byte{}
+	user, password := cl.User, cl.Password
+	if cl.Login != nil {
+		user, password = cl.Login()
+	}
 	switch {
-	case cl.Password != "" && cl.User != "":
-		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(cl.User), []byte(cl.Password)})
-	case cl.Password != "":
-		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(cl.Password)})
+	case user != "":
+		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(user), []byte(password)})
+	case password != "":
+		hello = append(hello, [][]byte{[]byte("AUTH"), []byte(password)})
 	}
 	if cl.Name != "" {
 		hello = append(hello, [][]byte{[]byte("CLIENT"), []byte("SETNAME"), []byte(cl.Name)})

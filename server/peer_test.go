@@ -1,0 +1,183 @@
+package server
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/quota"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// forgedBatch is an RL.QUOTASYNC payload counting used calls of key i|k.
+func forgedBatch(t *testing.T, seq uint64, used int64) string {
+	t.Helper()
+	b, err := json.Marshal(quota.Batch{Seq: seq, Now: t0, Quotas: []raftfsm.QuotaItem{{
+		Key: raftfsm.QuotaKey("i|k"), Limit: 5, Start: t0, End: t0 + day, Used: used, Period: "day UTC"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// forgedEntry is an RL.CLUSTER APPLY argument: a QuotaAdd entry.
+func forgedEntry(origin string, seq uint64, req *raftfsm.ReqID) string {
+	e := raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: origin, Seq: seq, Now: t0, Req: req,
+		Quotas: []raftfsm.QuotaItem{{Key: raftfsm.QuotaKey("i|k"), Limit: 5, Start: t0, End: t0 + day, Used: 3, Period: "day UTC"}}}
+	return string(e.Encode())
+}
+
+// day is the period of the quotas these tests forge, from t0 (the nodes'
+// clock).
+const day = int64(24 * time.Hour)
+
+func committedUsed(n *Node) int64 { return n.Raft.FSM().QuotaUsed([]byte("i|k"), t0, t0+day) }
+
+// Internal commands are refused from every session that has not
+// authenticated as a node, admins included, and change nothing.
+func TestInternalCommandsOnlyFromNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   func(*Config)
+		login []string // how the client authenticates, if it does
+	}{
+		{"no password, loopback admin", nil, nil},
+		{"requirepass admin", func(c *Config) { c.RequirePass = "a-long-enough-password" }, []string{"AUTH", "a-long-enough-password"}},
+		{"peer-password user sluice-peer", func(c *Config) { c.RequirePass, c.PeerPassword = "client-pass", "peer-secret" },
+			[]string{"AUTH", PeerUser, "peer-secret"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, tc.cfg)
+			id := n.Raft.ID()
+			c := resptest.Dial(t, n.Server.RespAddr())
+			if tc.login != nil {
+				if got := c.Do(tc.login...); got != "+OK" {
+					t.Fatal(got)
+				}
+			}
+			if got := c.Do("ACL", "WHOAMI"); got == `"`+commands.PeerUserPrefix+id+`"` {
+				t.Fatalf("an ordinary login is the node: %s", got)
+			}
+			seqBefore := n.Raft.FSM().QuotaSeq(id)
+			for _, args := range [][]string{
+				{"RL.QUOTASYNC", id, forgedBatch(t, 1<<63, 3)},
+				{"RL.QUOTASYNC", id, forgedBatch(t, uint64(time.Now().UnixNano()), 3)},
+				{"RL.SYNC", id, "x"},
+				{"RL.LEASE", id, "x"},
+				{"RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)},
+				{"RL.CLUSTER", "JOIN", "intruder", "127.0.0.1:1", "127.0.0.1:2", "AUTO"},
+			} {
+				got := c.Do(args...)
+				if !strings.HasPrefix(got, "-NOPERM '"+strings.ToLower(args[0])+"' is internal: only another node of the cluster") {
+					t.Errorf("%s from a non-node: %s", args[0], got)
+				}
+			}
+			if used := committedUsed(n); used != 0 {
+				t.Errorf("committed quota count %d after refused batches", used)
+			}
+			if seq := n.Raft.FSM().QuotaSeq(id); seq != seqBefore {
+				t.Errorf("the node's last batch number moved from %d to %d", seqBefore, seq)
+			}
+			if _, ok := n.Raft.State().Members["intruder"]; ok {
+				t.Error("a forged join added a member")
+			}
+		})
+	}
+}
+
+// A node's credentials name it: a session authenticated as one node
+// cannot act for another, batch numbers from the future are refused
+// however they come, and a batch sent again is counted once.
+func TestForgedInternalEntriesChangeNothing(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.RequirePass, c.PeerPassword = "client-pass", "peer-secret" })
+	id := n.Raft.ID()
+	login := func(node, secret string) *resptest.Client {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		if got := c.Do("AUTH", commands.PeerUserPrefix+node, commands.PeerToken(secret, node)); got != "+OK" {
+			t.Fatalf("AUTH as node %s: %s", node, got)
+		}
+		return c
+	}
+	// Node credentials are proven by the peer password, not by
+	// requirepass, and name one node.
+	c := resptest.Dial(t, n.Server.RespAddr())
+	for _, args := range [][]string{
+		{"AUTH", commands.PeerUserPrefix + id, commands.PeerToken("client-pass", id)},
+		{"AUTH", commands.PeerUserPrefix + id, commands.PeerToken("peer-secret", "other")},
+		{"AUTH", commands.PeerUserPrefix + id, "peer-secret"},
+	} {
+		if got := c.Do(args...); got != "-WRONGPASS invalid username-password pair or user is disabled." {
+			t.Errorf("%q: %s", args, got)
+		}
+	}
+
+	other := login("n9", "peer-secret") // a valid node, not this one
+	if got := other.Do("ACL", "WHOAMI"); got != `"sluice-peer:n9"` {
+		t.Fatalf("ACL WHOAMI of a node: %s", got)
+	}
+	wrong := "-NOPERM RL.QUOTASYNC for node '" + id + "' on a connection authenticated as node 'n9'"
+	if got := other.Do("RL.QUOTASYNC", id, forgedBatch(t, uint64(time.Now().UnixNano()), 3)); got != wrong {
+		t.Errorf("a batch for another node:\n got %s\nwant %s", got, wrong)
+	}
+	if got := other.Do("RL.SYNC", id, "x"); !strings.HasPrefix(got, "-NOPERM RL.SYNC for node '"+id+"'") {
+		t.Errorf("RL.SYNC for another node: %s", got)
+	}
+	if got := other.Do("RL.LEASE", id, "x"); !strings.HasPrefix(got, "-NOPERM RL.LEASE for node '"+id+"'") {
+		t.Errorf("RL.LEASE for another node: %s", got)
+	}
+	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)); got != "-NOPERM RL.CLUSTER APPLY: quota counts of node '"+id+"' from node 'n9'" {
+		t.Errorf("a forwarded batch for another node: %s", got)
+	}
+	req := &raftfsm.ReqID{Node: id, Seq: 1}
+	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry("n9", uint64(time.Now().UnixNano()), req)); got != "-NOPERM RL.CLUSTER APPLY: a write numbered by node '"+id+"' from node 'n9'" {
+		t.Errorf("a forwarded write numbered as another node's: %s", got)
+	}
+	if got := other.Do("RL.QUOTASYNC", "n9", forgedBatch(t, uint64(time.Now().UnixNano()), 3)); got != "-ERR RL.QUOTASYNC from 'n9', which is not a member" {
+		t.Errorf("a batch from a node that is not a member: %s", got)
+	}
+
+	self := login(id, "peer-secret")
+	huge := "18446744073709551615"
+	for _, args := range [][]string{
+		{"RL.QUOTASYNC", id, strings.Replace(forgedBatch(t, 1, 3), `"seq":1,`, `"seq":`+huge+`,`, 1)},
+		{"RL.CLUSTER", "APPLY", forgedEntry(id, 1<<63+1, nil)},
+	} {
+		if got := self.Do(args...); !strings.Contains(got, "more than an hour ahead of this node's clock") {
+			t.Errorf("%s with a batch number from the future: %s", args[0], got)
+		}
+	}
+	if used := committedUsed(n); used != 0 {
+		t.Fatalf("committed quota count %d after refused batches", used)
+	}
+
+	// A batch replayed, directly or forwarded, is counted once.
+	seq := uint64(time.Now().Add(-time.Second).UnixNano())
+	batch := forgedBatch(t, seq, 3)
+	for i := 0; i < 2; i++ {
+		if got := self.Do("RL.QUOTASYNC", id, batch); strings.HasPrefix(got, "-") {
+			t.Fatalf("batch, attempt %d: %s", i, got)
+		}
+	}
+	if got := self.Do("RL.CLUSTER", "APPLY", forgedEntry(id, seq, nil)); !strings.HasPrefix(got, `"`) {
+		t.Fatalf("the batch forwarded again: %s", got)
+	}
+	if used := committedUsed(n); used != 3 {
+		t.Fatalf("committed quota count %d after one batch of 3 sent three times, want 3", used)
+	}
+	// The node's own counts still commit after all this.
+	cl := resptest.Dial(t, n.Server.RespAddr())
+	cl.Do("AUTH", "client-pass")
+	if got := cl.Do("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 1 5 ") {
+		t.Fatalf("the fourth call of a quota of 5 (3 committed): %s", got)
+	}
+	committedQuota(t, n, "i|k", 4)
+	if got := cl.Do("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 0 5 ") {
+		t.Fatalf("the fifth call: %s", got)
+	}
+	if got := cl.Do("RL.ACQUIRE", "k", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[0 ") {
+		t.Fatalf("the sixth call of a quota of 5: %s", got)
+	}
+}
