@@ -106,11 +106,11 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: a write numbered by node '" + printable([]byte(e.Req.Node), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 		return false
 	}
+	if (e.Type == raftfsm.QuotaAdd || e.Type == raftfsm.QuotaReserve) && e.Origin != id {
+		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '" + printable([]byte(e.Origin), 64) + "' from node '" + printable([]byte(id), 64) + "'")
+		return false
+	}
 	if e.Type == raftfsm.QuotaAdd {
-		if e.Origin != id {
-			ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: quota counts of node '" + printable([]byte(e.Origin), 64) + "' from node '" + printable([]byte(id), 64) + "'")
-			return false
-		}
 		horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxForwardedSkew)
 		if e.Seq == 0 || e.Seq > uint64(horizon) || e.Now > horizon {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: quota batch number or time more than an hour ahead of this node's clock")

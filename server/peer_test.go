@@ -128,7 +128,7 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	if got := other.Do("RL.LEASE", id, "x"); !strings.HasPrefix(got, "-NOPERM RL.LEASE for node '"+id+"'") {
 		t.Errorf("RL.LEASE for another node: %s", got)
 	}
-	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)); got != "-NOPERM RL.CLUSTER APPLY: quota counts of node '"+id+"' from node 'n9'" {
+	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)); got != "-NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '"+id+"' from node 'n9'" {
 		t.Errorf("a forwarded batch for another node: %s", got)
 	}
 	req := &raftfsm.ReqID{Node: id, Seq: 1}
