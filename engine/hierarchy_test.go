@@ -143,3 +143,48 @@ func TestConcurrentHierarchyDeniedCallsConsumeNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestAcquireAllDecidesAgainAfterRelocking holds a wide level's shard while
+// a two-level call locks its narrow level (the shard above) first: the call
+// must let the narrow shard go to wait for the wide one, and once it has
+// both again, decide the narrow level afresh. The narrow bucket's one token
+// is taken by another call meanwhile, so the call is refused, and the wide
+// level keeps its tokens.
+func TestAcquireAllDecidesAgainAfterRelocking(t *testing.T) {
+	s := New(Options{Shards: 64})
+	wide := mustLimit(t, TokenBucket, 1, time.Hour, 100)
+	narrow := mustLimit(t, TokenBucket, 1, time.Hour, 1)
+	var wk, nk []byte
+	for i := 0; wk == nil || nk == nil; i++ {
+		k := fmt.Appendf(nil, "k%d", i)
+		if s.hash(SpaceInline, k).shard == 3 {
+			wk = k
+		}
+		if s.hash(SpaceInline, k).shard == 40 {
+			nk = k
+		}
+	}
+	reqs := []Request{{Key: wk, Limit: wide, Cost: 1}, {Key: nk, Limit: narrow, Cost: 1}}
+	waiting := make(chan struct{})
+	relockHook = func() { close(waiting) }
+	defer func() { relockHook = nil }()
+
+	s.shards[3].mu.Lock()
+	done := make(chan Result)
+	go func() { done <- s.AcquireAll(t0, reqs, 0, false) }()
+	<-waiting // the call decided on nk, let its shard go, and waits for wk's
+	if r := s.Acquire(t0, Request{Key: nk, Limit: narrow, Cost: 1}, 0, false); !r.Allowed {
+		t.Fatalf("the narrow bucket's token: %+v", r)
+	}
+	s.shards[3].mu.Unlock()
+	r := <-done
+	if r.Allowed || r.Level != 1 {
+		t.Fatalf("the call was decided on the narrow level as it was before it let go: %+v", r)
+	}
+	if got := left(s, reqs[0], t0); got != 100 {
+		t.Errorf("wide level has %d left, want 100", got)
+	}
+	if got := left(s, reqs[1], t0); got != 0 {
+		t.Errorf("narrow level has %d left, want 0", got)
+	}
+}
