@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-accuracy fuzz docker clean
+.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-scaling bench-accuracy fuzz docker clean
 
 all: build
 
@@ -46,6 +46,12 @@ bench:
 # redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
 bench-compare:
 	bash bench/compare.sh
+
+# How throughput scales with cores: the parallel go benchmarks at -cpu
+# 1,2,4,8,16 and one node against Redis (docs/benchmarks.md); see the
+# script's header to build a bundle for another machine.
+bench-scaling:
+	bash bench/scaling.sh
 
 # How closely 3 nodes hold a limit spread over them, every scenario for
 # ACCURACY_D each (default 10s); see docs/accuracy.md.

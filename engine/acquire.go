@@ -210,9 +210,17 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 // reservation and Result.Wait says how long to hold the reply. With dryRun
 // nothing is stored. The requests' keys must be distinct; at most MaxLevels.
 //
-// The shards involved are locked in ascending order, so concurrent
-// multi-level calls cannot deadlock, and the decision and commit happen
-// under the same locks: no torn state between levels.
+// Every shard involved is locked before any is released, and each level is
+// decided and committed under its shard's lock, so concurrent calls see no
+// torn state between levels (two-phase locking). List the requests from the
+// widest (the bucket most calls share, such as a hierarchy's root) to the
+// narrowest: the shards are locked narrowest first, each level decided as
+// soon as its shard is held, and released widest first once committed, so
+// a bucket every call shares stays locked for its own work alone and not
+// for the lookups of the colder levels. The order is only a matter of
+// speed: a shard whose lock would be taken out of ascending order is only
+// tried, and when it is busy the locks above it are let go and taken again
+// in ascending order, so concurrent calls cannot deadlock.
 func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool) Result {
 	n := len(reqs)
 	if n == 0 || n > MaxLevels {
@@ -221,25 +229,35 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 	var (
 		lvs    [MaxLevels]level
 		outs   [MaxLevels]outcome
-		order  [MaxLevels]uint32
 		idx    [MaxLevels]uint32
 		exists [MaxLevels]bool
+		held   heldShards
 	)
-	nl := 0
 	for i := range reqs {
 		lvs[i].h, lvs[i].lease = s.route(&reqs[i], maxWait)
-		nl = insertSorted(order[:], nl, lvs[i].h.shard)
 	}
-	for _, si := range order[:nl] {
-		s.shards[si].mu.Lock()
+	for i := n - 1; i >= 0; i-- {
+		si := lvs[i].h.shard
+		if !held.has(si) {
+			if from := s.lockShard(&held, si); from >= 0 {
+				// Shards above si were let go and taken again: what their
+				// levels decided may have changed.
+				for j := n - 1; j > i; j-- {
+					if lvs[j].h.shard > si {
+						s.eval(&lvs[j], &reqs[j], now, maxWait, dryRun)
+					}
+				}
+			}
+		}
+		s.eval(&lvs[i], &reqs[i], now, maxWait, dryRun)
 	}
 	for i := range reqs {
-		s.eval(&lvs[i], &reqs[i], now, maxWait, dryRun)
 		outs[i], idx[i], exists[i] = lvs[i].out, lvs[i].idx, lvs[i].exists
 	}
 	res := combine(outs[:n], reqs)
 	if res.Allowed && !dryRun {
-		// Every new bucket needs room before anything is charged.
+		// Every new bucket needs room before anything is charged (every
+		// shard is still held).
 		for i := range reqs {
 			if sh := &s.shards[lvs[i].h.shard]; outs[i].changed && !exists[i] && !s.makeRoom(sh, now, idx[:n], exists[:n]) {
 				res = s.refusal(sh, now, &reqs[i])
@@ -248,34 +266,118 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 			}
 		}
 	}
-	if res.Allowed && !dryRun {
-		// Update existing buckets first, then create: making room may
-		// evict, and must not evict a bucket this call is charging.
-		for i := range reqs {
-			if outs[i].changed && exists[i] {
-				s.update(&lvs[i], &reqs[i])
+	// Commit shard by shard, widest level first, and let each shard go as
+	// soon as its levels are done.
+	for i := range reqs {
+		si := lvs[i].h.shard
+		if !held.has(si) {
+			continue // committed with an earlier level of the same shard
+		}
+		if res.Allowed && !dryRun {
+			// Update existing buckets first, then create.
+			for j := i; j < n; j++ {
+				if lvs[j].h.shard == si && outs[j].changed && exists[j] {
+					s.update(&lvs[j], &reqs[j])
+				}
+			}
+			for j := i; j < n; j++ {
+				if lvs[j].h.shard == si && outs[j].changed && !exists[j] {
+					s.create(&lvs[j], &reqs[j])
+				}
 			}
 		}
-		for i := range reqs {
-			if outs[i].changed && !exists[i] {
-				s.create(&lvs[i], &reqs[i])
+		if !dryRun && !res.Refused {
+			// A refused call counts as demand only on the leases that
+			// lacked tokens: the others would hold tokens they cannot spend.
+			for j := i; j < n; j++ {
+				if lvs[j].h.shard == si && lvs[j].lease && (res.Allowed || !outs[j].ok) {
+					s.want(&lvs[j], &reqs[j], now, res.Allowed)
+				}
 			}
 		}
-	}
-	if !dryRun && !res.Refused {
-		// A refused call counts as demand only on the leases that lacked
-		// tokens: the others would hold tokens they cannot spend.
-		for i := range reqs {
-			if lvs[i].lease && (res.Allowed || !outs[i].ok) {
-				s.want(&lvs[i], &reqs[i], now, res.Allowed)
-			}
-		}
-	}
-	for k := nl - 1; k >= 0; k-- {
-		s.shards[order[k]].mu.Unlock()
+		held.remove(si)
+		s.shards[si].mu.Unlock()
 	}
 	return res
 }
+
+// heldShards is the set of shards one AcquireAll holds locked.
+type heldShards struct {
+	s [MaxLevels]uint32
+	n int
+}
+
+func (h *heldShards) has(si uint32) bool {
+	for _, v := range h.s[:h.n] {
+		if v == si {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *heldShards) add(si uint32) { h.s[h.n] = si; h.n++ }
+
+func (h *heldShards) remove(si uint32) {
+	for k, v := range h.s[:h.n] {
+		if v == si {
+			h.n--
+			h.s[k] = h.s[h.n]
+			return
+		}
+	}
+}
+
+// lockShard locks shard si and adds it to held. A caller blocks on a lock
+// only while every lock it holds is below it, which rules out deadlock:
+// when a held shard is above si, si is only tried, and if it is busy the
+// held shards above it are unlocked, si is locked, and they are locked
+// again in ascending order. It returns -1, or, when shards were let go
+// and taken again, si.
+func (s *Store) lockShard(held *heldShards, si uint32) int {
+	above := false
+	for _, v := range held.s[:held.n] {
+		if v > si {
+			above = true
+			break
+		}
+	}
+	if !above {
+		s.shards[si].mu.Lock()
+		held.add(si)
+		return -1
+	}
+	if s.shards[si].mu.TryLock() {
+		held.add(si)
+		return -1
+	}
+	var again [MaxLevels]uint32
+	na := 0
+	for k := 0; k < held.n; {
+		if v := held.s[k]; v > si {
+			s.shards[v].mu.Unlock()
+			na = insertSorted(again[:], na, v)
+			held.n--
+			held.s[k] = held.s[held.n]
+			continue
+		}
+		k++
+	}
+	if relockHook != nil {
+		relockHook()
+	}
+	s.shards[si].mu.Lock()
+	held.add(si)
+	for _, v := range again[:na] {
+		s.shards[v].mu.Lock()
+		held.add(v)
+	}
+	return int(si)
+}
+
+// relockHook, when set (by tests), runs in lockShard after the shards above
+// a busy one are let go and before it waits for that one.
+var relockHook func()
 
 // insertSorted adds v to the sorted set a[:n] and returns the new length.
 func insertSorted(a []uint32, n int, v uint32) int {
