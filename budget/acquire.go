@@ -215,7 +215,9 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 
 // Reset forgets the target's own bucket (for the call's subject) and
 // reports whether there was one; aggregate buckets and quota counters are
-// left alone.
+// left alone. An enforcing node called by its own path has no bucket but
+// its aggregate (its plan marks that level Own), which counts the traffic
+// of its children too: there is nothing to reset.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
 	var ch charges
 	plan, err := t.requests(0, c, sc, &ch, 0)
@@ -223,11 +225,17 @@ func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
 		return false, err
 	}
 	for i := 0; i < ch.n; i++ {
-		if !ch.quota[i] && plan.Levels[ch.from[i]].Own {
+		lv := &plan.Levels[ch.from[i]]
+		if !ch.quota[i] && lv.Own && !isAggregate(lv.Key) {
 			return s.Reset(engine.SpaceBudget, ch.reqs[i].Key), nil
 		}
 	}
 	return false, nil
+}
+
+// isAggregate reports whether key is an aggregate bucket's (path + aggSuffix).
+func isAggregate(key []byte) bool {
+	return len(key) > 0 && key[len(key)-1] == aggSuffix[0]
 }
 
 // QuotaStatus describes one quota counter for RL.QUOTA.
