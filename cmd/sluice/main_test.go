@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
-	"path/filepath"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
