@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-accuracy fuzz docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-memory bench-accuracy fuzz docker clean
 
 all: build
 
@@ -18,6 +18,12 @@ run: build
 test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+# The console examples of README.md and docs/ run against the real binary
+# (also part of make test); prints how many ran and which are marked not to.
+test-docs:
+	@out=$$(mktemp); $(GO) test -count=1 -run '^TestDocs$$' -v ./e2e/ >$$out 2>&1; status=$$?; \
+	grep -Ev '^[[:space:]]+time=|^=== ' $$out; rm -f $$out; exit $$status
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
