@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-scaling bench-accuracy fuzz docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-memory bench-scaling bench-accuracy fuzz docker clean
 
 all: build
 
@@ -22,6 +22,12 @@ test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /hostile$$)
 	$(GO) test -count=1 -timeout 30m ./hostile
+
+# The console examples of README.md and docs/ run against the real binary
+# (also part of make test); prints how many ran and which are marked not to.
+test-docs:
+	@out=$$(mktemp); $(GO) test -count=1 -run '^TestDocs$$' -v ./e2e/ >$$out 2>&1; status=$$?; \
+	grep -Ev '^[[:space:]]+time=|^=== ' $$out; rm -f $$out; exit $$status
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -285,18 +285,25 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 
 // Reset forgets the target's own bucket (for the call's subject) and
 // reports whether there was one; aggregate buckets and quota counters are
-// left alone.
+// left alone. An enforcing node called by its own path has no bucket but
+// its aggregate (its plan marks that level Own), which counts the traffic
+// of its children too: there is nothing to reset.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
 	var ch charges
 	if err := t.charge(0, c, sc, &ch, 0); err != nil {
 		return false, err
 	}
 	for i := 0; i < ch.n; i++ {
-		if !ch.quota[i] && (ch.plan == nil || ch.plan.Levels[ch.from[i]].Own) {
+		if !ch.quota[i] && (ch.plan == nil || ch.plan.Levels[ch.from[i]].Own && !isAggregate(ch.reqs[i].Key)) {
 			return s.Reset(ch.reqs[i].Space, ch.reqs[i].Key), nil
 		}
 	}
 	return false, nil
+}
+
+// isAggregate reports whether key is an aggregate bucket's (path + aggSuffix).
+func isAggregate(key []byte) bool {
+	return len(key) > 0 && key[len(key)-1] == aggSuffix[0]
 }
 
 // Quota describes the tightest of the quotas a call c would count against

@@ -530,15 +530,32 @@ func TestCallPathsCannotReachOtherBuckets(t *testing.T) {
 	}
 }
 
+// An enforcing node called by its own path has no bucket but its
+// aggregate, which its children's calls draw on too: RL.RESET of the path
+// answers 0 and leaves it alone (docs/commands.md, RL.RESET).
 func TestResetOfAnEnforcingNodeByItsPath(t *testing.T) {
 	tr := buildTree(t, map[string]string{"ent": `{"sharing":"enforce","sustained":{"rate":3,"window":"minute"}}`})
 	s := engine.New(engine.Options{})
 	var sc Scratch
-	repeat(t, tr, s, "ent", "", 3)
-	if ok, err := tr.Reset(s, &Call{Path: []byte("ent")}, &sc); !ok || err != nil {
-		t.Fatalf("reset: %v %v", ok, err)
+	repeat(t, tr, s, "ent", "", 2)
+	if ok, err := tr.Reset(s, &Call{Path: []byte("ent")}, &sc); ok || err != nil {
+		t.Fatalf("reset: %v %v; want false: the aggregate is not the call's own bucket", ok, err)
 	}
-	if n, _ := repeat(t, tr, s, "ent", "", 3); n != 3 {
-		t.Fatalf("after reset %d admitted", n)
+	if n, _ := repeat(t, tr, s, "ent", "", 3); n != 1 {
+		t.Fatalf("after reset %d admitted; want 1: the aggregate keeps the 2 spent before", n)
+	}
+	// A child's call spends from the aggregate; resetting the parent's
+	// path does not give it back, resetting the child's own bucket neither.
+	tr = buildTree(t, map[string]string{"ent": `{"sharing":"enforce","sustained":{"rate":3,"window":"minute"}}`})
+	s = engine.New(engine.Options{})
+	repeat(t, tr, s, "ent/child", "", 3)
+	if ok, err := tr.Reset(s, &Call{Path: []byte("ent")}, &sc); ok || err != nil {
+		t.Fatalf("reset of the parent after a child's calls: %v %v; want false", ok, err)
+	}
+	if ok, err := tr.Reset(s, &Call{Path: []byte("ent/child")}, &sc); !ok || err != nil {
+		t.Fatalf("reset of the child's own bucket: %v %v; want true", ok, err)
+	}
+	if n, _ := repeat(t, tr, s, "ent/other", "", 3); n != 0 {
+		t.Fatalf("after the resets another child got %d; the aggregate is spent", n)
 	}
 }

@@ -29,6 +29,10 @@ type Metrics struct {
 	ProtocolErrors    prometheus.Counter
 }
 
+// RejectReasons are the reason labels of sluice_connections_rejected_total:
+// the server refuses connections for these and no others.
+var RejectReasons = []string{"shutdown", "protected_mode", "maxclients"}
+
 // acquireCounters are one budget label's pre-resolved children.
 type acquireCounters struct {
 	allowed, denied, degraded prometheus.Counter
@@ -63,8 +67,14 @@ func NewMetrics(reg *Registry) *Metrics {
 	m.ConnectionsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_connections_closed_total", Help: "Client connections the server closed: idle (--timeout) or not authenticated in time (--auth-timeout).",
 	}, []string{"reason"})
+	// Every reason is present at 0 from the start: increase() over a
+	// series that appears at its first event sees no increase, so an alert
+	// on it would miss the first incident.
 	for _, r := range []string{"idle", "auth_timeout"} {
-		m.ConnectionsClosed.WithLabelValues(r) // present at 0 from the start, for alerts on increase()
+		m.ConnectionsClosed.WithLabelValues(r)
+	}
+	for _, r := range RejectReasons {
+		m.ConnectionsRejected.WithLabelValues(r)
 	}
 	m.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_waiting_clients", Help: "Connections holding an admitted reply until its reserved tokens are due (WAIT).",

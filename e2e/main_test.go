@@ -73,8 +73,16 @@ var listening = regexp.MustCompile(`msg=listening resp=(\S+) http=(\S*)`)
 // reports its listening addresses.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startVia(t, nil, args...)
+}
+
+// startVia is start with the binary run through a launcher: via, then the
+// binary's path, then its arguments (such as sh -c 'ulimit -n 64; exec "$0" "$@"').
+func startVia(t *testing.T, via []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, exited: make(chan error, 1)}
-	p.cmd = exec.Command(binary, append(args, "--log-format", "text")...)
+	argv := append(append(append([]string(nil), via...), binary), append(args, "--log-format", "text")...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,9 @@ type Reserver struct {
 	// reserved units).
 	Committed func(key string) (Item, bool)
 	Log       *slog.Logger
+	// Reserved counts reservation entries committed, Failed those that
+	// were not (no leader, the leader unreachable or refusing).
+	Reserved, Failed Counter
 
 	mu       sync.Mutex
 	held     map[string]*held
@@ -217,9 +220,11 @@ func (r *Reserver) round() {
 	defer r.mu.Unlock()
 	if err == nil {
 		r.failedAt = 0
+		r.Reserved.Inc()
 		return
 	}
 	r.failedAt = now
+	r.Failed.Inc()
 	r.Log.Debug("quota reservation not committed; will retry", "err", err)
 	// Wants are asked again by the next call that needs them. A release
 	// stays counted as releasing: its outcome is unknown, and if it is

@@ -19,7 +19,7 @@ func TestReserverAdmitsOnlyWhatWasGranted(t *testing.T) {
 	free := int64(4)
 	var proposed []string
 	r := &Reserver{Self: "n1", Store: st, Clock: func() int64 { return now }, Members: func() int { return members },
-		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default()}
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}}
 	r.Propose = func(items []Item) error {
 		grants := make([]int64, len(items))
 		for i, it := range items {
@@ -88,3 +88,7 @@ func TestReserverAdmitsOnlyWhatWasGranted(t *testing.T) {
 		t.Fatalf("admitted from released units: %+v", res)
 	}
 }
+
+type count struct{ n int }
+
+func (c *count) Inc() { c.n++ }

@@ -53,6 +53,10 @@ type Config struct {
 	LogFormat            string
 	Pprof                bool
 	ConfigFile           string
+
+	// from says where Load found each setting that is not at its default:
+	// "--name", "SLUICE_NAME" or "name in <file>", for messages.
+	from map[string]string
 }
 
 // setting binds one Config field to its flag name (also its file key and,
@@ -192,6 +196,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 		file = v
 	}
 	c = Config{}
+	from := map[string]string{}
 	fs := newFlagSet(&c, usage)
 	if file != "" {
 		vals, err := readConfigFile(file)
@@ -202,6 +207,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 			if err := fs.Set(kv[0], kv[1]); err != nil {
 				return c, fmt.Errorf("config file %s: %s: %v", file, kv[0], err)
 			}
+			from[kv[0]] = kv[0] + " in " + file
 		}
 	}
 	for _, s := range settings {
@@ -209,6 +215,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 			if err := fs.Set(s.name, v); err != nil {
 				return c, fmt.Errorf("%s: %v", EnvName(s.name), err)
 			}
+			from[s.name] = EnvName(s.name)
 		}
 	}
 	if err := fs.Parse(args); err != nil {
@@ -217,7 +224,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (settings are flags: --name value)", fs.Arg(0))
 	}
+	probe.Visit(func(f *flag.Flag) { from[f.Name] = "--" + f.Name })
 	c.ConfigFile = file
+	c.from = from
 	return c, nil
 }
 
@@ -386,6 +395,54 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		bad("log-format", "must be text or json, got %q", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+// placeholders are passwords that examples ship (docker-compose.yml,
+// deploy/sluice.conf, the docs) or that are known stand-ins, compared
+// after normalizing: lower case, letters and digits only.
+var (
+	placeholderPrefixes = []string{"changeme", "replaceme", "yourpassword", "yoursecret", "placeholder", "insertpassword", "alongrandom", "thesamepassword"}
+	placeholderWords    = map[string]bool{"password": true, "secret": true, "foobared": true, "sluice": true, "admin": true, "default": true, "xxx": true, "todo": true}
+)
+
+// IsPlaceholder reports whether pw is a stand-in that must be replaced
+// before a node may use it, such as "change-me".
+func IsPlaceholder(pw string) bool {
+	var b strings.Builder
+	for _, r := range strings.ToLower(pw) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	n := b.String()
+	if n == "" { // "********" as CONFIG GET shows it, "…", "<...>"
+		return pw != "" && strings.Trim(pw, "*.…<>_- ") == ""
+	}
+	for _, p := range placeholderPrefixes {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	return placeholderWords[n]
+}
+
+// CheckSecrets refuses passwords that are placeholders (IsPlaceholder),
+// naming where each was set: the flag, the SLUICE_* variable or the config
+// file. Validate does not call it, so that shipped examples still load in
+// tests; the binary calls both before it starts.
+func (c *Config) CheckSecrets() error {
+	var errs []error
+	for _, s := range []struct{ name, value string }{{"requirepass", c.RequirePass}, {"peer-password", c.PeerPassword}} {
+		if s.value == "" || !IsPlaceholder(s.value) {
+			continue
+		}
+		where := "--" + s.name
+		if f := c.from[s.name]; f != "" && f != where {
+			where = f + " (--" + s.name + ")"
+		}
+		errs = append(errs, fmt.Errorf("%s: %q is a placeholder, not a password: set a long random one, e.g. from `openssl rand -hex 24` (ACL file users take its hash: `sluice hash-password`)", where, s.value))
 	}
 	return errors.Join(errs...)
 }

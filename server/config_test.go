@@ -90,3 +90,17 @@ func TestConfigGetShowsEffectiveSettings(t *testing.T) {
 		t.Fatalf("%d settings shown, %d exist", len(got), len(SettingNames()))
 	}
 }
+
+func TestIsPlaceholder(t *testing.T) {
+	for _, pw := range []string{"change-me", "CHANGE ME", "changeme123", "change-me-to-a-long-random-secret", "change me: a long random secret",
+		"a-long-random-secret", "the same password on every node", "password", "Secret", "foobared", "********", "…", "<password>", "your-password-here"} {
+		if !IsPlaceholder(pw) {
+			t.Errorf("%q is not taken for a placeholder", pw)
+		}
+	}
+	for _, pw := range []string{"", "s3cret", "hunter2", "pw", "7f3c9e0b5a1d48c2b6e4f0a9d3c7e185", "a-long-enough-password", "!@#$%^&*()", "passwords are long"} {
+		if IsPlaceholder(pw) {
+			t.Errorf("%q is taken for a placeholder", pw)
+		}
+	}
+}

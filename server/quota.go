@@ -33,7 +33,12 @@ func (n *Node) startQuotaSync(cfg *Config) {
 		Members:   func() int { return len(n.Raft.State().Members) },
 		Propose:   func(items []quota.Item) error { return env.Service.ReserveQuotas(self, items) },
 		Committed: fsm.Quota,
+		Reserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_quota_reservations_total",
+			Help: "Quota reservation entries (units asked for or given back) this node committed through Raft."}),
+		Failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_quota_reservations_failed_total",
+			Help: "Quota reservations that failed (no leader, the leader unreachable or refusing); calls needing the units are refused meanwhile."}),
 	}
+	env.Metrics.Registry.MustRegister(r.Reserved.(prometheus.Counter), r.Failed.(prometheus.Counter))
 	r.Init()
 	q.Reserver = r
 	env.Store.SetQuotaGate(r)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -30,31 +31,56 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 }
 
+// usageHead is the top of `sluice --help`: the subcommands, then the
+// flags of a node.
+const usageHead = `sluice — a rate-limit server that speaks the Redis protocol.
+
+Usage:
+  sluice [flags]             run a node (settings: flags over SLUICE_* variables over --config file)
+  sluice version             print the version
+  sluice hash-password       read a password line from stdin, print its SHA-256 (for --acl-file)
+  sluice healthcheck [--ready] [--http-addr host:port]
+                             exit 0 if the node's /healthz (/readyz with --ready) answers 200
+  sluice help                print this help
+
+Run 'sluice <subcommand> --help' for a subcommand's options.
+
+Flags of a node:
+`
+
 func run(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "hash-password" {
-		return hashPassword(stdin, stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "hash-password":
+			return hashPassword(args[1:], stdin, stdout, stderr)
+		case "healthcheck":
+			return healthcheck(args[1:], getenv, stdout, stderr)
+		case "version", "--version":
+			fmt.Fprintln(stdout, "sluice", server.Version)
+			return 0
+		case "help":
+			args = []string{"--help"}
+		}
 	}
-	if len(args) > 0 && args[0] == "healthcheck" {
-		return healthcheck(args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && (args[0] == "version" || args[0] == "--version") {
-		fmt.Fprintln(stdout, "sluice", server.Version)
-		return 0
-	}
-	cfg, err := server.Load(args, getenv, stderr)
+	var usage bytes.Buffer
+	cfg, err := server.Load(args, getenv, &usage)
 	if errors.Is(err, server.ErrHelp) {
+		// The flag package's text starts "Usage of sluice:"; the head above
+		// replaces that line.
+		_, flags, _ := strings.Cut(usage.String(), "\n")
+		fmt.Fprint(stdout, usageHead+flags)
 		return 0
 	}
 	if err != nil {
+		stderr.Write(usage.Bytes())
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, "sluice: invalid settings:")
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintln(stderr, "  "+line)
-		}
-		return 2
+		return invalid(stderr, err)
+	}
+	if err := cfg.CheckSecrets(); err != nil {
+		return invalid(stderr, err)
 	}
 	log := newLogger(cfg, stderr)
 	node, err := server.Open(cfg, log)
@@ -99,9 +125,39 @@ func newLogger(cfg server.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// invalid reports settings that Validate or CheckSecrets refused, one
+// line each, and returns the exit status for them.
+func invalid(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "sluice: invalid settings:")
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(stderr, "  "+line)
+	}
+	return 2
+}
+
+const hashPasswordUsage = `Usage: sluice hash-password < password-file
+       echo "$PASSWORD" | sluice hash-password
+
+Reads one password line from standard input and prints its SHA-256 in hex,
+the form an --acl-file line takes: user <name> <limiter|admin> <hash>.
+`
+
 // hashPassword prints the SHA-256 of the password read from stdin, in the
 // form the ACL file takes.
-func hashPassword(stdin io.Reader, stdout, stderr io.Writer) int {
+func hashPassword(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+			fmt.Fprint(stdout, hashPasswordUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "sluice hash-password: unexpected argument %q: the password is read from standard input\n\n%s", args[0], hashPasswordUsage)
+		return 2
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(stderr, "sluice hash-password: type the password and press Enter (it is shown as you type; pipe it in to avoid that)")
+		}
+	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && err != io.EOF {
 		fmt.Fprintln(stderr, "sluice hash-password:", err)
@@ -127,6 +183,9 @@ func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 	addr := fs.String("http-addr", "", "HTTP address of the node (default $SLUICE_HTTP_ADDR or 127.0.0.1:9380)")
 	ready := fs.Bool("ready", false, "check /readyz (leader known, log applied) instead of /healthz")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	a := *addr

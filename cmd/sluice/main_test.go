@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -62,5 +65,71 @@ func TestHealthcheck(t *testing.T) {
 	}
 	if code := run([]string{"healthcheck", "--http-addr", "127.0.0.1:1"}, noEnv, nil, &out, &errb); code != 1 {
 		t.Fatalf("nothing listening: exit %d", code)
+	}
+}
+
+func TestHelpListsSubcommands(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, noEnv, nil, &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		for _, want := range []string{"sluice version", "sluice hash-password", "sluice healthcheck", "-requirepass", "-resp-addr"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: the help does not mention %q:\n%s", args, want, out.String())
+			}
+		}
+	}
+}
+
+func TestHashPasswordHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var out, errb bytes.Buffer
+		// stdin would block if it were read: a reader that fails the test.
+		if code := run([]string{"hash-password", arg}, noEnv, failingReader{t}, &out, &errb); code != 0 {
+			t.Fatalf("%s: exit %d: %s", arg, code, errb.String())
+		}
+		if !strings.Contains(out.String(), "Usage: sluice hash-password") {
+			t.Errorf("%s: %q", arg, out.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"hash-password", "s3cret"}, noEnv, failingReader{t}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `unexpected argument "s3cret": the password is read from standard input`) {
+		t.Fatalf("a password as an argument: exit %d: %s", code, errb.String())
+	}
+}
+
+type failingReader struct{ t *testing.T }
+
+func (r failingReader) Read([]byte) (int, error) {
+	r.t.Error("stdin was read")
+	return 0, io.EOF
+}
+
+func TestPlaceholderPasswordsRefused(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "n1.conf")
+	if err := os.WriteFile(conf, []byte("requirepass change-me-to-a-long-random-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(vals map[string]string) func(string) string { return func(k string) string { return vals[k] } }
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--requirepass", "change-me"}, nil, `--requirepass: "change-me" is a placeholder`},
+		{nil, map[string]string{"SLUICE_REQUIREPASS": "Change_Me"}, `SLUICE_REQUIREPASS (--requirepass): "Change_Me" is a placeholder`},
+		{[]string{"--config", conf}, nil, `requirepass in ` + conf + ` (--requirepass): "change-me-to-a-long-random-secret" is a placeholder`},
+		{[]string{"--peer-password", "********"}, nil, `--peer-password: "********" is a placeholder`},
+		// A flag overrides the file: the message names the flag.
+		{[]string{"--config", conf, "--requirepass", "password"}, nil, `--requirepass: "password" is a placeholder`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(append(c.args, "--data-dir", dir), env(c.env), nil, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), c.want) || !strings.Contains(errb.String(), "openssl rand -hex 24") {
+			t.Errorf("%v %v: exit %d, want 2 and %q:\n%s", c.args, c.env, code, c.want, errb.String())
+		}
 	}
 }
