@@ -112,7 +112,7 @@ var _ [engine.MaxLevels - 2*(MaxDepth+1)]struct{}
 
 // Errors of the budget form, with their reply codes.
 var (
-	errWaitParts = &Error{Code: "ERR", Msg: "a call of several parts cannot wait: WAIT and queue strategies apply to single calls"}
+	errWaitParts   = &Error{Code: "ERR", Msg: "a call of several parts cannot wait: WAIT and queue strategies apply to single calls"}
 	errKeyRequired = func(path []byte, s Scope) error {
 		return errf("budget '%s' has scope %s: KEY required", printable(path), s)
 	}
