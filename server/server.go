@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -48,6 +49,8 @@ type Server struct {
 	ln       *listener
 	http     *http.Server
 	httpLn   net.Listener
+	grpc     *grpc.Server
+	grpcLn   net.Listener
 	draining atomic.Bool
 	shutdown chan struct{}
 	done     chan struct{}
@@ -152,6 +155,10 @@ func (s *Server) Listen() error {
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
+	if err := s.listenGRPC(); err != nil {
+		s.closeListeners()
+		return err
+	}
 	return nil
 }
 
@@ -166,6 +173,15 @@ func (s *Server) Serve() {
 			}
 		}()
 	}
+	if s.grpc != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpc.Serve(s.grpcLn); err != nil {
+				s.log.Error("grpc server", "err", err)
+			}
+		}()
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -175,7 +191,7 @@ func (s *Server) Serve() {
 		defer s.wg.Done()
 		s.sweep()
 	}()
-	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "tls", s.cfg.TLSCert != "",
+	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "tls", s.cfg.TLSCert != "",
 		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
 }
 
@@ -203,6 +219,7 @@ func (s *Server) Shutdown() {
 	close(s.shutdown)
 	s.ln.Listener.Close()
 	s.ln.drain(s.cfg.ShutdownTimeout)
+	s.stopGRPC()
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.http.Shutdown(ctx)
