@@ -489,15 +489,22 @@ func appendSegment(b []byte, s string) []byte {
 // descriptor, and the headers of the descriptor that refused or, if none
 // did, of the one with the fewest tokens left.
 func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	// The messages of a response are allocated in two blocks: they go to
+	// the transport and cannot be reused.
+	blk := new(respBlock)
+	resp := &blk.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if !admitted {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	sts := make([]statusBlock, len(w.parts))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
 	pick := -1
 	for i := range w.parts {
 		p := &w.parts[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		sb := &sts[i]
+		st := &sb.st
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch p.kind {
 		case noLimit:
@@ -509,9 +516,11 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, ou
 			continue
 		}
 		st.Code = p.code
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: p.name, RequestsPerUnit: p.rpu, Unit: p.unit}
+		sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
+		st.CurrentLimit = &sb.lim
 		st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(time.Duration(p.reset))
+		sb.reset.Seconds, sb.reset.Nanos = p.reset/1e9, int32(p.reset%1e9)
+		st.DurationUntilReset = &sb.reset
 		result := "ok"
 		switch {
 		case p.shadowHit:
@@ -542,8 +551,11 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, ou
 		if p.deny {
 			d.RetryAfter = -1
 		}
+		resp.ResponseHeadersToAdd = blk.hp[:0]
 		add := func(name, value string) {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: name, Value: value})
+			h := &blk.hv[len(resp.ResponseHeadersToAdd)]
+			h.Key, h.Value = name, value
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
 		}
 		httplimit.EachHeader(d, p.window, add)
 		if !admitted {
@@ -554,6 +566,21 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, ou
 	}
 	s.countRequest(req.Domain, w.parts, admitted)
 	return resp
+}
+
+// respBlock holds a response and its headers (at most six: §10's five
+// and Retry-After).
+type respBlock struct {
+	resp rlsv3.RateLimitResponse
+	hv   [6]corev3.HeaderValue
+	hp   [6]*corev3.HeaderValue
+}
+
+// statusBlock holds one descriptor's status and what it points to.
+type statusBlock struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	lim   rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
 }
 
 func (s *Server) count(domain string, parts []part, descriptor, result string) {
