@@ -106,35 +106,52 @@ func metadataValue(ctx context.Context, key string) string {
 	return ""
 }
 
-// authorize checks a caller of the gRPC or HTTP front: protected mode from
-// its address (in ctx), credentials from its authorization header, and
-// that its role is at least need.
+// authorize checks a gRPC caller (its address and metadata in ctx).
 func (s *Server) authorize(ctx context.Context, authz string, need commands.Role) error {
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		addr = p.Addr.String()
+	}
+	switch refusal, msg := s.access(addr, authz, need); refusal {
+	case refuseUnauthenticated:
+		return status.Error(codes.Unauthenticated, msg)
+	case refuseForbidden:
+		return status.Error(codes.PermissionDenied, msg)
+	}
+	return nil
+}
+
+// Why access refuses a caller.
+const (
+	allowed = iota
+	refuseUnauthenticated
+	refuseForbidden
+)
+
+// access checks a caller of the gRPC or HTTP front as the RESP listener
+// checks a connection: protected mode from its address, credentials from
+// its authorization header ("Bearer <password>" or "Basic …"), and that
+// its role is at least need.
+func (s *Server) access(addr, authz string, need commands.Role) (int, string) {
 	auth := s.env.Auth
 	if !auth.Required() {
-		if s.cfg.ProtectedMode {
-			addr := ""
-			if p, ok := peer.FromContext(ctx); ok {
-				addr = p.Addr.String()
-			}
-			if !isLoopback(addr) {
-				return status.Error(codes.PermissionDenied, "sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted.")
-			}
+		if s.cfg.ProtectedMode && !isLoopback(addr) {
+			return refuseForbidden, "sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted."
 		}
-		return nil
+		return allowed, ""
 	}
 	user, pass, ok := parseAuthorization(authz)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "authentication required: send the authorization header as 'Bearer <password>' or 'Basic base64(user:password)'")
+		return refuseUnauthenticated, "authentication required: send the authorization header as 'Bearer <password>' or 'Basic base64(user:password)'"
 	}
 	role, ok := auth.Check([]byte(user), []byte(pass))
 	if !ok {
-		return status.Error(codes.Unauthenticated, "invalid username-password pair or user is disabled")
+		return refuseUnauthenticated, "invalid username-password pair or user is disabled"
 	}
 	if role < need {
-		return status.Errorf(codes.PermissionDenied, "this user has role %s; the call needs %s", role, need)
+		return refuseForbidden, fmt.Sprintf("this user has role %s; the call needs %s", role, need)
 	}
-	return nil
+	return allowed, ""
 }
 
 // parseAuthorization reads "Bearer <password>" (user default) or "Basic

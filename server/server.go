@@ -34,6 +34,7 @@ import (
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httpapi"
 )
 
 // Version is the server's version, reported by HELLO and INFO.
@@ -326,6 +327,8 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess}
+	api.Register(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -341,4 +344,20 @@ func (s *Server) httpHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// httpAccess checks a caller of the HTTP API: refund needs the admin
+// role, the rest the limiter role.
+func (s *Server) httpAccess(r *http.Request, admin bool) error {
+	need := commands.RoleLimiter
+	if admin {
+		need = commands.RoleAdmin
+	}
+	switch refusal, msg := s.access(r.RemoteAddr, r.Header.Get("Authorization"), need); refusal {
+	case refuseUnauthenticated:
+		return &httpapi.Denied{Status: http.StatusUnauthorized, Msg: msg}
+	case refuseForbidden:
+		return &httpapi.Denied{Status: http.StatusForbidden, Msg: msg}
+	}
+	return nil
 }
