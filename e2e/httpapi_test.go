@@ -3,10 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 

@@ -19,9 +19,11 @@ import (
 // cluster is a fixed budget tree, for a service without Raft.
 type cluster struct{ st raftfsm.State }
 
-func (c *cluster) State() *raftfsm.State                         { return &c.st }
-func (c *cluster) ReadState(bool) (*raftfsm.State, error)        { return &c.st, nil }
-func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) { return raftfsm.Response{}, errors.New("read-only") }
+func (c *cluster) State() *raftfsm.State                  { return &c.st }
+func (c *cluster) ReadState(bool) (*raftfsm.State, error) { return &c.st, nil }
+func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
+	return raftfsm.Response{}, errors.New("read-only")
+}
 
 // t0 is a minute boundary: fixed windows start there.
 var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano()
