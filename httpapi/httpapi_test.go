@@ -22,9 +22,11 @@ import (
 
 type cluster struct{ st raftfsm.State }
 
-func (c *cluster) State() *raftfsm.State                         { return &c.st }
-func (c *cluster) ReadState(bool) (*raftfsm.State, error)        { return &c.st, nil }
-func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) { return raftfsm.Response{}, errors.New("read-only") }
+func (c *cluster) State() *raftfsm.State                  { return &c.st }
+func (c *cluster) ReadState(bool) (*raftfsm.State, error) { return &c.st, nil }
+func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
+	return raftfsm.Response{}, errors.New("read-only")
+}
 
 func newAPI(t *testing.T) *http.ServeMux {
 	t.Helper()
