@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-memory bench-accuracy fuzz docker clean
+.PHONY: all build run test test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-accuracy fuzz docker clean
 
 all: build
 
@@ -42,6 +42,11 @@ bench:
 # redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
 bench-compare:
 	bash bench/compare.sh
+
+# Envoy's ShouldRateLimit over gRPC beside RL.ACQUIRE over RESP on one
+# node; ROUNDS, N and C tune it (docs/benchmarks.md).
+bench-envoy:
+	bash bench/envoy.sh
 
 # How closely 3 nodes hold a limit spread over them, every scenario for
 # ACCURACY_D each (default 10s); see docs/accuracy.md.

@@ -3,12 +3,15 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
@@ -212,5 +215,36 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkShouldRateLimitGRPC is the whole gRPC path over loopback, the
+// generated client and the server in one process: its allocations are
+// the client's and the server's together (gRPC's transport, the
+// protobuf messages, this package's response).
+func BenchmarkShouldRateLimitGRPC(b *testing.B) {
+	now := t0
+	s := newServer(b, strings.Replace(cfgYAML, "requests_per_unit: 2}", "requests_per_unit: 1000000000}", 1), &now)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	go g.Serve(ln)
+	defer g.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := client.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -119,7 +119,7 @@ func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, strin
 
 var settings = []setting{
 	{name: "resp-addr", def: "127.0.0.1:6380", usage: "RESP listen address (host:port)", bind: str(func(c *Config) *string { return &c.RespAddr })},
-	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz; empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
+	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz and the HTTP API (/v1/…); empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
 	{name: "grpc-addr", def: "", usage: "gRPC listen address for Envoy's rate limit service (RLS v3) and gRPC health; empty disables", bind: str(func(c *Config) *string { return &c.GRPCAddr })},
 	{name: "envoy-config", def: "", usage: "envoyproxy/ratelimit YAML configuration: a file, or a directory of .yaml/.yml files, loaded at start", bind: str(func(c *Config) *string { return &c.EnvoyConfig })},
 	{name: "raft-addr", def: "127.0.0.1:7380", usage: "Raft listen and advertise address (host:port, not 0.0.0.0)", bind: str(func(c *Config) *string { return &c.RaftAddr })},
