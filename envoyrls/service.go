@@ -27,10 +27,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
-	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/internal/ratehdr"
 	"github.com/sluice-rl/sluice/limiter"
 )
 
@@ -267,7 +266,7 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 			p.code = rlsv3.RateLimitResponse_OK
 		}
 	}
-	return s.respond(req, w, admitted, &out), nil
+	return s.respond(req, w, admitted, denied, &out), nil
 }
 
 func containsName(names []string, n string) bool {
@@ -488,7 +487,7 @@ func appendSegment(b []byte, s string) []byte {
 // respond builds the response: the overall code, one status per
 // descriptor, and the headers of the descriptor that refused or, if none
 // did, of the one with the fewest tokens left.
-func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
+func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
 	// The messages of a response are allocated in two blocks: they go to
 	// the transport and cannot be reused.
 	blk := new(respBlock)
@@ -542,14 +541,13 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, ou
 	}
 	if pick >= 0 {
 		p := &w.parts[pick]
-		d := client.Decision{Allowed: admitted, Remaining: p.remaining, Limit: p.limit,
-			RetryAfter: time.Duration(p.retry), ResetAfter: time.Duration(p.reset)}
-		if !admitted && !p.deny && out.Allowed == 0 && out.Result.RetryAfter != 0 {
+		retry := time.Duration(p.retry)
+		if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
 			// The call's own answer: how long until every part admits.
-			d.RetryAfter = time.Duration(out.Result.RetryAfter)
+			retry = time.Duration(out.Result.RetryAfter)
 		}
-		if p.deny {
-			d.RetryAfter = -1
+		if denied {
+			retry = -1 // a requests_per_unit 0 never admits
 		}
 		resp.ResponseHeadersToAdd = blk.hp[:0]
 		add := func(name, value string) {
@@ -557,9 +555,9 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted bool, ou
 			h.Key, h.Value = name, value
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
 		}
-		httplimit.EachHeader(d, p.window, add)
+		ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, add)
 		if !admitted {
-			if v, ok := httplimit.RetryAfter(d); ok {
+			if v, ok := ratehdr.RetryAfter(retry); ok {
 				add("Retry-After", v)
 			}
 		}

@@ -2,7 +2,7 @@
 // /v1/refund and /v1/quota take, as a JSON object, what RL.ACQUIRE,
 // RL.PEEK, RL.REFUND and RL.QUOTA take, call the service core
 // (limiter.Service) and answer with the RESP reply's fields by name, the
-// rate-limit headers of package httplimit and, on a refusal, 429 with
+// rate-limit headers of SPEC §10 (package ratehdr, as httplimit sets them) and, on a refusal, 429 with
 // Retry-After. docs/http.md and docs/openapi.yaml describe it for users.
 package httpapi
 
@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
-	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/internal/ratehdr"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
 )
@@ -201,24 +200,21 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
 	if out.Allowed != 1 {
 		rep.RetryAfterMs = engine.CeilMs(out.Result.RetryAfter)
 	}
-	d := client.Decision{Allowed: out.Allowed != 0, Degraded: out.Allowed == 2, Remaining: rep.Remaining, Limit: rep.Limit,
-		RetryAfter: time.Duration(rep.RetryAfterMs) * time.Millisecond, ResetAfter: time.Duration(rep.ResetAfterMs) * time.Millisecond}
-	if rep.RetryAfterMs < 0 {
-		d.RetryAfter = client.Never
-	}
+	retry := time.Duration(rep.RetryAfterMs) * time.Millisecond // -1 ms: never
 	if window == 0 && !call.Inline() {
 		window = a.budgetWindow(out.LimitedBy)
 	}
+	if strings.HasPrefix(rep.LimitedBy, quota.NamePrefix) {
+		window = 0 // a quota's period is not a window
+	}
 	h := w.Header()
-	if !out.Unlimited && !strings.HasPrefix(rep.LimitedBy, quota.NamePrefix) {
-		httplimit.SetHeaders(h, d, window)
-	} else if !out.Unlimited {
-		httplimit.SetHeaders(h, d, 0)
+	if !out.Unlimited {
+		ratehdr.Each(rep.Limit, rep.Remaining, out.Allowed == 2, time.Duration(rep.ResetAfterMs)*time.Millisecond, window, h.Set)
 	}
 	status := http.StatusOK
 	if o == opAcquire && out.Allowed == 0 {
 		status = http.StatusTooManyRequests
-		if v, ok := httplimit.RetryAfter(d); ok {
+		if v, ok := ratehdr.RetryAfter(retry); ok {
 			h.Set("Retry-After", v)
 		}
 	}
@@ -386,7 +382,7 @@ func writeError(w http.ResponseWriter, err error) {
 func writeProblem(w http.ResponseWriter, status int, code, detail string) {
 	b := marshal(Problem{Type: ProblemInvalid, Title: http.StatusText(status), Status: status, Detail: detail, Code: code})
 	h := w.Header()
-	h.Set("Content-Type", httplimit.ProblemContentType)
+	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)

@@ -105,6 +105,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/internal/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.
@@ -318,41 +319,7 @@ func ceilSeconds(d time.Duration) int64 {
 // package documentation describes; window is the limit's window (0: leave
 // RateLimit-Policy out). It sets nothing for an unlimited decision.
 func SetHeaders(h http.Header, d client.Decision, window time.Duration) {
-	EachHeader(d, window, h.Set)
-}
-
-// EachHeader calls f with the name and value of each header SetHeaders
-// sets, in the order RateLimit-Policy, RateLimit, X-RateLimit-Limit,
-// X-RateLimit-Remaining, X-RateLimit-Reset — for fronts that carry headers
-// in other forms (Envoy's response_headers_to_add).
-func EachHeader(d client.Decision, window time.Duration, f func(name, value string)) {
-	if d.Unlimited() {
-		return
-	}
-	remaining := d.Remaining
-	if d.Degraded || remaining < 0 {
-		remaining = 0
-	}
-	reset := strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
-	limit := strconv.FormatInt(d.Limit, 10)
-	rem := strconv.FormatInt(remaining, 10)
-	if window > 0 {
-		f("RateLimit-Policy", `"burst";q=`+limit+";w="+strconv.FormatInt(max(ceilSeconds(window), 1), 10))
-	}
-	f("RateLimit", `"burst";r=`+rem+";t="+reset)
-	f("X-RateLimit-Limit", limit)
-	f("X-RateLimit-Remaining", rem)
-	f("X-RateLimit-Reset", reset)
-}
-
-// RetryAfter returns the Retry-After value of a refused decision (whole
-// seconds, rounded up) and false when it has none (it can never be
-// admitted).
-func RetryAfter(d client.Decision) (string, bool) {
-	if d.RetryAfter < 0 {
-		return "", false
-	}
-	return strconv.FormatInt(ceilSeconds(d.RetryAfter), 10), true
+	ratehdr.Each(d.Limit, d.Remaining, d.Degraded, d.ResetAfter, window, h.Set)
 }
 
 // Problem types and the media type of problem bodies.
@@ -398,7 +365,7 @@ func NewProblem(d client.Decision) Problem {
 // 429 and the Problem body. Rate-limit headers, if wanted, must be set
 // before (SetHeaders).
 func WriteDenied(w http.ResponseWriter, d client.Decision) {
-	if v, ok := RetryAfter(d); ok {
+	if v, ok := ratehdr.RetryAfter(d.RetryAfter); ok {
 		w.Header().Set("Retry-After", v)
 	}
 	writeProblem(w, http.StatusTooManyRequests, NewProblem(d))
