@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-memory bench-scaling bench-accuracy fuzz docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-scaling bench-accuracy fuzz docker clean
 
 all: build
 
@@ -58,6 +58,11 @@ bench-compare:
 # script's header to build a bundle for another machine.
 bench-scaling:
 	bash bench/scaling.sh
+
+# Envoy's ShouldRateLimit over gRPC beside RL.ACQUIRE over RESP on one
+# node; ROUNDS, N and C tune it (docs/benchmarks.md).
+bench-envoy:
+	bash bench/envoy.sh
 
 # How closely 3 nodes hold a limit spread over them, every scenario for
 # ACCURACY_D each (default 10s); see docs/accuracy.md.

@@ -55,6 +55,10 @@ type Config struct {
 	Timeout     time.Duration // dial, AUTH and setup replies; a stall longer than this ends the run
 	JSON        bool          // report as JSON
 	ThrottlePer int64         // throttle's period in whole seconds, derived from Per
+	// GRPC drives Envoy's rate limit service (ShouldRateLimit) at the
+	// targets instead of RESP; Domain is the requests' domain.
+	GRPC   bool
+	Domain string
 }
 
 // usageText heads the --help output; the flags follow.
@@ -112,6 +116,8 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	fs.Var(intFlag[int64]{p: &c.RateLimit, lo: 0, hi: maxRequests}, "rate-limit", "open loop: send `N` requests/s over all connections; 0 runs as fast as the server answers")
 	fs.StringVar(&raw.timeout, "timeout", raw.timeout, "`duration` allowed to connect and for any reply to arrive")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&c.GRPC, "grpc", false, "drive Envoy's rate limit service (ShouldRateLimit over gRPC) at -h, sluice's --grpc-addr: one descriptor (key, key:N) per request with a limit override of --rate per --per; -P calls in flight per connection; mix acquire only")
+	fs.StringVar(&c.Domain, "domain", "bench", "`domain` of the --grpc requests")
 	return fs
 }
 
@@ -171,6 +177,20 @@ func parseArgs(args []string, help io.Writer) (Config, error) {
 	}
 	if c.Mix.Has(kindEvalSHA) && !shaRe.MatchString(c.EvalSHA) {
 		return c, fmt.Errorf("--evalsha must be the 40-hex-digit SHA1 of a loaded script when the mix has evalsha (got %q)", c.EvalSHA)
+	}
+	if c.GRPC {
+		if c.Mix.String() != "acquire=100" {
+			return c, fmt.Errorf("--grpc sends ShouldRateLimit only: give --mix acquire=100 (got %q)", c.Mix.String())
+		}
+		if c.RateLimit > 0 {
+			return c, errors.New("--grpc runs closed-loop: --rate-limit is for RESP runs")
+		}
+		if _, ok := grpcUnit(c.Per); !ok {
+			return c, fmt.Errorf("--per must be second, minute, hour or day with --grpc (an Envoy limit's unit; got %q)", c.Per)
+		}
+		if c.Domain == "" {
+			return c, errors.New("--domain must not be empty")
+		}
 	}
 	if c.Mix.HasBudget() && int64(c.Partners)*int64(c.Tenants) > maxTreeNodes {
 		return c, fmt.Errorf("--tree-partners × --tree-tenants must be at most %d (got %d × %d)", maxTreeNodes, c.Partners, c.Tenants)

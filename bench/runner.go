@@ -265,6 +265,9 @@ func loadTree(c *Config) (warning string, err error) {
 // interrupted). Setup problems (cannot connect, AUTH refused) are errors;
 // problems during the run are in Result.Failure.
 func execute(ctx context.Context, c Config, warn io.Writer) (*Result, error) {
+	if c.GRPC {
+		return executeGRPC(ctx, c)
+	}
 	res := newResult(&c)
 	if c.Mix.HasBudget() {
 		w, err := loadTree(&c)

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -25,6 +26,15 @@ type Call struct {
 	// Quotas says whether a new quota counter may start (the store reads
 	// the committed counts from its own quota source); nil: always.
 	Quotas QuotaCounts
+	// With are further parts admitted together with this call, all or
+	// none (the descriptors of one Envoy request): each part's levels join
+	// the plan. A part has its own Path, Subject, limits and Cost (an
+	// inline part costs 1 unless it says otherwise, a budget part its
+	// node's cost); Wait, DryRun and Quotas are the call's, and a call
+	// with parts takes no WAIT and no queue strategy. Parts that charge
+	// the same bucket charge it once with their costs added. Parts of the
+	// parts are ignored.
+	With []Call
 }
 
 // Inline reports whether the call carries its own limits.
@@ -65,20 +75,41 @@ type Outcome struct {
 // Scratch is a per-connection buffer for bucket keys built from the call
 // (path#subject), so that building them allocates nothing after warm-up.
 type Scratch struct {
-	b, q, name []byte
-	qlim       engine.Limit // an inline call's quota limit
+	keys
+	name []byte
+	// more holds the keys of a call's further parts (Call.With).
+	more []keys
+}
+
+// keys are the keys built for one part of a call.
+type keys struct {
+	b, q []byte
+	qlim engine.Limit // an inline part's quota limit
 }
 
 // charges is every request one call makes: from[i] is the plan level of
-// reqs[i], and quota[i] whether it is that level's quota counter. plan is
-// nil for an inline call.
+// reqs[i], quota[i] whether it is that level's quota counter, and part[i]
+// the part of the call it comes from (0 the call, i its With[i-1]).
+// plans[p] is part p's plan, nil for an inline part; plan is part 0's.
 type charges struct {
 	reqs  [engine.MaxLevels]engine.Request
 	from  [engine.MaxLevels]uint8
 	quota [engine.MaxLevels]bool
+	part  [engine.MaxLevels]uint8
 	n     int
 	plan  *Plan
+	plans [engine.MaxLevels]*Plan
 }
+
+// planOf returns the plan request i comes from, nil for an inline part.
+func (ch *charges) planOf(i int) *Plan { return ch.plans[ch.part[i]] }
+
+// MaxParts bounds the parts of one call (itself and Call.With).
+const MaxParts = engine.MaxLevels
+
+// errTooManyLevels refuses a call whose parts charge more buckets than
+// one atomic acquire can hold.
+var errTooManyLevels = &Error{Code: "ERR", Msg: fmt.Sprintf("the call's parts charge more than %d buckets and quota counters together; split it", engine.MaxLevels)}
 
 // Every plan fits: at most MaxDepth aggregates and an own level, each with
 // a bucket and a quota.
@@ -86,6 +117,7 @@ var _ [engine.MaxLevels - 2*(MaxDepth+1)]struct{}
 
 // Errors of the budget form, with their reply codes.
 var (
+	errWaitParts   = &Error{Code: "ERR", Msg: "a call of several parts cannot wait: WAIT and queue strategies apply to single calls"}
 	errKeyRequired = func(path []byte, s Scope) error {
 		return errf("budget '%s' has scope %s: KEY required", printable(path), s)
 	}
@@ -103,21 +135,73 @@ func NoBudget(path []byte) error {
 // charge fills ch with the requests of c's plan at now, each taking cost
 // tokens: for the budget form each level's bucket, then its quota counter
 // with the period holding now; for the inline form the call's bucket and
-// quota counter.
+// quota counter. The parts of c.With follow, each at its own cost.
 func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) error {
 	ch.n = 0
+	if err := t.chargePart(now, c, &sc.keys, ch, cost, 0); err != nil {
+		return err
+	}
+	ch.plan = ch.plans[0]
+	if len(c.With) == 0 {
+		return nil
+	}
+	if len(c.With) >= MaxParts {
+		return errTooManyLevels
+	}
+	for len(sc.more) < len(c.With) {
+		sc.more = append(sc.more, keys{})
+	}
+	for i := range c.With {
+		p := &c.With[i]
+		pc := int64(1)
+		if p.HasCost {
+			pc = p.Cost
+		} else if !p.Inline() {
+			if plan, _, ok := t.Resolve(p.Path); ok {
+				pc = plan.Config.Config.Cost
+			}
+		}
+		if err := t.chargePart(now, p, &sc.more[i], ch, pc, uint8(i+1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// add appends request r (level from of part, a quota counter or not) to
+// ch; a later part that charges a bucket already in ch adds its cost to it.
+func (ch *charges) add(r engine.Request, from uint8, isQuota bool, part uint8) error {
+	if part > 0 {
+		for i := 0; i < ch.n; i++ {
+			if q := &ch.reqs[i]; q.Space == r.Space && string(q.Key) == string(r.Key) {
+				q.Cost += r.Cost
+				return nil
+			}
+		}
+	}
+	if ch.n == engine.MaxLevels {
+		return errTooManyLevels
+	}
+	ch.reqs[ch.n], ch.from[ch.n], ch.quota[ch.n], ch.part[ch.n] = r, from, isQuota, part
+	ch.n++
+	return nil
+}
+
+// chargePart adds the requests of one part of a call to ch.
+func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64, part uint8) error {
 	if c.Inline() {
-		ch.plan = nil
+		ch.plans[part] = nil
 		if c.Rate != nil {
-			ch.reqs[0] = engine.Request{Space: engine.SpaceInline, Key: c.Path, Limit: c.Rate, Cost: cost}
-			ch.n = 1
+			if err := ch.add(engine.Request{Space: engine.SpaceInline, Key: c.Path, Limit: c.Rate, Cost: cost}, 0, false, part); err != nil {
+				return err
+			}
 		}
 		if c.Quota != nil {
 			sc.qlim, _ = c.Quota.Limit() // checked when the call was parsed
 			sc.q = quota.AppendKey(sc.q[:0], quota.InlineKey, c.Path)
-			ch.reqs[ch.n] = c.Quota.Request(&sc.qlim, sc.q, now, cost)
-			ch.quota[ch.n] = true
-			ch.n++
+			if err := ch.add(c.Quota.Request(&sc.qlim, sc.q, now, cost), 0, true, part); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -125,7 +209,7 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 	if !ok {
 		return NoBudget(c.Path)
 	}
-	ch.plan = plan
+	ch.plans[part] = plan
 	for i := range plan.Levels {
 		lv := &plan.Levels[i]
 		key := lv.Key
@@ -142,9 +226,9 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 			}
 		}
 		if !lv.QuotaOnly {
-			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceBudget, Key: key, Limit: lv.Limit, Cost: cost}
-			ch.from[ch.n], ch.quota[ch.n] = uint8(i), false
-			ch.n++
+			if err := ch.add(engine.Request{Space: engine.SpaceBudget, Key: key, Limit: lv.Limit, Cost: cost}, uint8(i), false, part); err != nil {
+				return err
+			}
 		}
 		if q := lv.Quota; q != nil {
 			qkey := lv.QuotaKey
@@ -153,10 +237,10 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 				qkey = sc.q
 			}
 			start, end := q.per.Bounds(now)
-			ch.reqs[ch.n] = engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
-				PeriodStart: start, PeriodEnd: end}
-			ch.from[ch.n], ch.quota[ch.n] = uint8(i), true
-			ch.n++
+			if err := ch.add(engine.Request{Space: engine.SpaceQuota, Key: qkey, Limit: &q.lim, Cost: cost,
+				PeriodStart: start, PeriodEnd: end}, uint8(i), true, part); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -164,22 +248,27 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 
 // period returns the period of quota request i.
 func (ch *charges) period(c *Call, i int) quota.Period {
-	if ch.plan == nil {
+	plan := ch.planOf(i)
+	if plan == nil {
+		if p := ch.part[i]; p > 0 {
+			c = &c.With[p-1]
+		}
 		return c.Quota.Period
 	}
-	return ch.plan.Levels[ch.from[i]].Quota.per
+	return plan.Levels[ch.from[i]].Quota.per
 }
 
 // limitedBy names request i of ch as limited_by reports it.
 func (ch *charges) limitedBy(i int, sc *Scratch) []byte {
-	if ch.plan == nil {
+	plan := ch.planOf(i)
+	if plan == nil {
 		if ch.quota[i] {
 			sc.name = quota.AppendName(sc.name[:0], ch.reqs[i].Key[len(quota.InlineKey):])
 			return sc.name
 		}
 		return ch.reqs[i].Key
 	}
-	lv := &ch.plan.Levels[ch.from[i]]
+	lv := &plan.Levels[ch.from[i]]
 	switch {
 	case ch.quota[i] && lv.QuotaName != nil:
 		return lv.QuotaName
@@ -215,6 +304,9 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if c.HasCost {
 		cost = c.Cost
 	}
+	if len(c.With) > 0 && wait > 0 {
+		return Outcome{}, errWaitParts
+	}
 	if err := t.charge(now, c, sc, &ch, cost); err != nil {
 		return Outcome{}, err
 	}
@@ -247,7 +339,7 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	switch {
 	case r.Allowed:
 		out.Allowed = 1
-	case ch.plan != nil && ch.plan.Levels[ch.from[r.Level]].Node.Config.Strategy == Degrade:
+	case ch.planOf(r.Level) != nil && ch.planOf(r.Level).Levels[ch.from[r.Level]].Node.Config.Strategy == Degrade:
 		out.Allowed = 2
 	}
 	return out, nil
@@ -317,7 +409,7 @@ func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota
 	k := 0
 	for i := 0; i < ch.n; i++ {
 		if ch.quota[i] {
-			ch.reqs[k], ch.from[k], ch.quota[k] = ch.reqs[i], ch.from[i], true
+			ch.reqs[k], ch.from[k], ch.quota[k], ch.part[k] = ch.reqs[i], ch.from[i], true, ch.part[i]
 			k++
 		}
 	}

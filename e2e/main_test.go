@@ -62,12 +62,13 @@ type proc struct {
 	cmd    *exec.Cmd
 	Resp   string
 	HTTP   string
+	GRPC   string
 	mu     sync.Mutex
 	log    strings.Builder
 	exited chan error
 }
 
-var listening = regexp.MustCompile(`msg=listening resp=(\S+) http=(\S*)`)
+var listening = regexp.MustCompile(`msg=listening resp=(\S+) http=(\S*) grpc=(\S*)`)
 
 // start runs sluice with args (plus --log-format text) and waits until it
 // reports its listening addresses.
@@ -90,7 +91,7 @@ func startVia(t *testing.T, via []string, args ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	found := make(chan [2]string, 1)
+	found := make(chan [3]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -99,7 +100,7 @@ func startVia(t *testing.T, via []string, args ...string) *proc {
 			p.log.WriteString(line + "\n")
 			p.mu.Unlock()
 			if m := listening.FindStringSubmatch(line); m != nil {
-				found <- [2]string{m[1], m[2]}
+				found <- [3]string{m[1], m[2], m[3]}
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -116,7 +117,7 @@ func startVia(t *testing.T, via []string, args ...string) *proc {
 	})
 	select {
 	case a := <-found:
-		p.Resp, p.HTTP = a[0], a[1]
+		p.Resp, p.HTTP, p.GRPC = a[0], a[1], a[2]
 	case err := <-p.exited:
 		t.Fatalf("sluice exited before listening: %v\n%s", err, p.Log())
 	case <-time.After(30 * time.Second):

@@ -105,6 +105,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
+	"github.com/sluice-rl/sluice/internal/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.
@@ -318,21 +319,7 @@ func ceilSeconds(d time.Duration) int64 {
 // package documentation describes; window is the limit's window (0: leave
 // RateLimit-Policy out). It sets nothing for an unlimited decision.
 func SetHeaders(h http.Header, d client.Decision, window time.Duration) {
-	if d.Unlimited() {
-		return
-	}
-	remaining := d.Remaining
-	if d.Degraded || remaining < 0 {
-		remaining = 0
-	}
-	reset := strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
-	if window > 0 {
-		h.Set("RateLimit-Policy", `"burst";q=`+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(max(ceilSeconds(window), 1), 10))
-	}
-	h.Set("RateLimit", `"burst";r=`+strconv.FormatInt(remaining, 10)+";t="+reset)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
-	h.Set("X-RateLimit-Reset", reset)
+	ratehdr.Each(d.Limit, d.Remaining, d.Degraded, d.ResetAfter, window, h.Set)
 }
 
 // Problem types and the media type of problem bodies.
@@ -378,8 +365,8 @@ func NewProblem(d client.Decision) Problem {
 // 429 and the Problem body. Rate-limit headers, if wanted, must be set
 // before (SetHeaders).
 func WriteDenied(w http.ResponseWriter, d client.Decision) {
-	if d.RetryAfter >= 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+	if v, ok := ratehdr.RetryAfter(d.RetryAfter); ok {
+		w.Header().Set("Retry-After", v)
 	}
 	writeProblem(w, http.StatusTooManyRequests, NewProblem(d))
 }

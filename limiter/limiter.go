@@ -91,15 +91,22 @@ func (s *Service) QuotaRoom(key []byte) bool {
 	return s.Quotas == nil || s.Store.HasQuota(key) || s.Quotas.QuotaRoom(key)
 }
 
-// tree returns the budget tree a call works on (none for an inline call).
+// tree returns the budget tree a call works on (none for an inline call
+// whose parts are all inline).
 func (s *Service) tree(c *Call) *budget.Tree {
-	if c.Inline() {
-		return nil
+	if !c.Inline() {
+		return s.Cluster.State().Tree
 	}
-	return s.Cluster.State().Tree
+	for i := range c.With {
+		if !c.With[i].Inline() {
+			return s.Cluster.State().Tree
+		}
+	}
+	return nil
 }
 
-// Acquire charges c at the service clock. An admission that is a
+// Acquire charges c at the service clock, with its parts (Call.With) all
+// together or not at all. An admission that is a
 // reservation (Result.Wait > 0) is held until due — the outcome then
 // describes the levels as they are when it returns — or refunded and
 // refused if w's caller goes away or the node stops first.

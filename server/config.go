@@ -20,6 +20,8 @@ import (
 type Config struct {
 	RespAddr       string
 	HTTPAddr       string
+	GRPCAddr       string
+	EnvoyConfig    string
 	RaftAddr       string
 	Advertise      string
 	DataDir        string
@@ -122,7 +124,9 @@ func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, strin
 
 var settings = []setting{
 	{name: "resp-addr", def: "127.0.0.1:6380", usage: "RESP listen address (host:port)", bind: str(func(c *Config) *string { return &c.RespAddr })},
-	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz; empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
+	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz and the HTTP API (/v1/…); empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
+	{name: "grpc-addr", def: "", usage: "gRPC listen address for Envoy's rate limit service (RLS v3) and gRPC health; empty disables", bind: str(func(c *Config) *string { return &c.GRPCAddr })},
+	{name: "envoy-config", def: "", usage: "envoyproxy/ratelimit YAML configuration: a file, or a directory of .yaml/.yml files, loaded at start", bind: str(func(c *Config) *string { return &c.EnvoyConfig })},
 	{name: "raft-addr", def: "127.0.0.1:7380", usage: "Raft listen and advertise address (host:port, not 0.0.0.0)", bind: str(func(c *Config) *string { return &c.RaftAddr })},
 	{name: "advertise", def: "", usage: "RESP address peers and clients use to reach this node (default: --resp-addr)", bind: str(func(c *Config) *string { return &c.Advertise })},
 	{name: "data-dir", def: "./sluice-data", usage: "directory for the Raft log and snapshots", bind: str(func(c *Config) *string { return &c.DataDir })},
@@ -308,6 +312,7 @@ func (c *Config) Validate() error {
 	}
 	hostPort("resp-addr", c.RespAddr, false, true)
 	hostPort("http-addr", c.HTTPAddr, true, true)
+	hostPort("grpc-addr", c.GRPCAddr, true, true)
 	hostPort("raft-addr", c.RaftAddr, false, false)
 	if c.Advertise == "" {
 		c.Advertise = c.RespAddr
@@ -321,6 +326,9 @@ func (c *Config) Validate() error {
 		}
 	} else {
 		hostPort("advertise", c.Advertise, false, false)
+	}
+	if c.EnvoyConfig != "" && c.GRPCAddr == "" {
+		bad("envoy-config", "is served on the gRPC listener: set --grpc-addr too")
 	}
 	if c.DataDir == "" {
 		bad("data-dir", "must not be empty")

@@ -124,6 +124,9 @@ func (s *Server) closeListeners() {
 	if s.httpLn != nil {
 		s.httpLn.Close()
 	}
+	if s.grpcLn != nil {
+		s.grpcLn.Close()
+	}
 }
 
 // peerTLS builds the TLS configurations for Raft between nodes: peers must

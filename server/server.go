@@ -30,9 +30,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httpapi"
 )
 
 // Version is the server's version, reported by HELLO and INFO.
@@ -48,6 +50,8 @@ type Server struct {
 	ln       *listener
 	http     *http.Server
 	httpLn   net.Listener
+	grpc     *grpc.Server
+	grpcLn   net.Listener
 	draining atomic.Bool
 	// buffers is the bytes of every connection's read buffer together,
 	// bounded by --max-client-buffers.
@@ -186,6 +190,10 @@ func (s *Server) Listen() error {
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
+	if err := s.listenGRPC(); err != nil {
+		s.closeListeners()
+		return err
+	}
 	return nil
 }
 
@@ -200,6 +208,15 @@ func (s *Server) Serve() {
 			}
 		}()
 	}
+	if s.grpc != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpc.Serve(s.grpcLn); err != nil {
+				s.log.Error("grpc server", "err", err)
+			}
+		}()
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -209,7 +226,7 @@ func (s *Server) Serve() {
 		defer s.wg.Done()
 		s.sweep()
 	}()
-	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "tls", s.cfg.TLSCert != "",
+	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "tls", s.cfg.TLSCert != "",
 		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
 }
 
@@ -237,6 +254,7 @@ func (s *Server) Shutdown() {
 	close(s.shutdown)
 	s.ln.Listener.Close()
 	s.ln.drain(s.cfg.ShutdownTimeout)
+	s.stopGRPC()
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.http.Shutdown(ctx)
@@ -343,6 +361,8 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess}
+	api.Register(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -358,4 +378,20 @@ func (s *Server) httpHandler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	return mux
+}
+
+// httpAccess checks a caller of the HTTP API: refund needs the admin
+// role, the rest the limiter role.
+func (s *Server) httpAccess(r *http.Request, admin bool) error {
+	need := commands.RoleLimiter
+	if admin {
+		need = commands.RoleAdmin
+	}
+	switch refusal, msg := s.access(r.RemoteAddr, r.Header.Get("Authorization"), need); refusal {
+	case refuseUnauthenticated:
+		return &httpapi.Denied{Status: http.StatusUnauthorized, Msg: msg}
+	case refuseForbidden:
+		return &httpapi.Denied{Status: http.StatusForbidden, Msg: msg}
+	}
+	return nil
 }

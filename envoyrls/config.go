@@ -1,0 +1,523 @@
+package envoyrls
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Unit is a limit's unit as Envoy's RateLimitResponse names it.
+type Unit = rlsv3.RateLimitResponse_RateLimit_Unit
+
+// unitWindows are the units envoyproxy/ratelimit accepts and the fixed
+// window each stands for (a month is 30 days and a year 365, as there).
+var unitWindows = map[string]struct {
+	unit   Unit
+	window time.Duration
+}{
+	"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	"minute": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	"hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// UnitWindow returns the fixed window of an Envoy unit, 0 for UNKNOWN.
+func UnitWindow(u Unit) time.Duration {
+	for _, w := range unitWindows {
+		if w.unit == u {
+			return w.window
+		}
+	}
+	return 0
+}
+
+// unitOf returns the Envoy unit whose window is d, UNKNOWN if none.
+func unitOf(d time.Duration) Unit {
+	for _, w := range unitWindows {
+		if w.window == d {
+			return w.unit
+		}
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// Limit is a rule's rate_limit block.
+type Limit struct {
+	RequestsPerUnit uint32
+	Unit            Unit
+	Unlimited       bool
+	Name            string
+	Replaces        []string
+
+	window time.Duration
+	lim    engine.Limit // fixed window of RequestsPerUnit; unset when 0 or unlimited
+}
+
+// Rule is one descriptor of a configuration: a key, an optional value (a
+// pattern when it holds '*'), an optional limit and nested rules.
+type Rule struct {
+	Key, Value     string
+	Limit          *Limit
+	ShadowMode     bool
+	DetailedMetric bool
+	ValueToMetric  bool
+	ShareThreshold bool
+	// File and Line say where the rule is written.
+	File string
+	Line int
+
+	parts     []string // Value split at '*' when it is a pattern
+	metric    string   // the metrics label: domain.key_value.key…
+	children  ruleSet
+	childList *yaml.Node // while loading
+}
+
+// Metric is the rule's metrics label: the domain and the composite keys
+// of the rules down to it (domain.key_value.key), as envoyproxy/ratelimit
+// names its stats.
+func (r *Rule) Metric() string { return r.metric }
+
+// ruleSet is one level of rules, by key: a value matched exactly, a
+// pattern, or any value.
+type ruleSet map[string]*keyRules
+
+type keyRules struct {
+	exact    map[string]*Rule
+	patterns []*Rule // in the order written
+	any      *Rule
+}
+
+// Config is a loaded set of envoyproxy/ratelimit configuration files:
+// rules by domain. It is immutable once loaded.
+type Config struct {
+	domains map[string]*domainRules
+	files   []string
+}
+
+type domainRules struct {
+	name  string
+	rules ruleSet
+	file  string
+}
+
+// Domains returns the configured domains, sorted.
+func (c *Config) Domains() []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Files returns the files the configuration was read from.
+func (c *Config) Files() []string {
+	if c == nil {
+		return nil
+	}
+	return c.files
+}
+
+// HasDomain reports whether domain is configured.
+func (c *Config) HasDomain(domain string) bool {
+	if c == nil {
+		return false
+	}
+	_, ok := c.domains[domain]
+	return ok
+}
+
+// Entry is one key/value pair of a request's descriptor.
+type Entry struct{ Key, Value string }
+
+// Match returns the rule whose limit applies to a descriptor of domain
+// with the given entries, as envoyproxy/ratelimit chooses it: level by
+// level, an entry matches the rule with its key and value, else the first
+// rule of its key whose value pattern matches, else the rule of its key
+// with no value; the limit is that of the rule matched by the last entry,
+// and only if every entry matched a rule nested in the one before. nil
+// when no rule's limit applies.
+func (c *Config) Match(domain string, n int, entry func(i int) (key, value string)) *Rule {
+	if c == nil {
+		return nil
+	}
+	d := c.domains[domain]
+	if d == nil {
+		return nil
+	}
+	set := d.rules
+	for i := 0; i < n; i++ {
+		key, value := entry(i)
+		kr := set[key]
+		if kr == nil {
+			return nil
+		}
+		next := kr.exact[value]
+		if next == nil {
+			for _, r := range kr.patterns {
+				if wildcardMatch(r.parts, value) {
+					next = r
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = kr.any
+		}
+		if next == nil {
+			return nil
+		}
+		if i == n-1 {
+			if next.Limit == nil {
+				return nil
+			}
+			return next
+		}
+		if len(next.children) == 0 {
+			return nil
+		}
+		set = next.children
+	}
+	return nil
+}
+
+// wildcardMatch reports whether value matches the pattern split at '*'
+// into parts: each '*' stands for any run of characters, possibly empty.
+func wildcardMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if !strings.HasPrefix(value, first) {
+		return false
+	}
+	value = value[len(first):]
+	if len(value) < len(last) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	value = value[:len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(value, p)
+		if i < 0 {
+			return false
+		}
+		value = value[i+len(p):]
+	}
+	return true
+}
+
+// LoadConfig reads envoyproxy/ratelimit configuration from path: one YAML
+// file, or every *.yaml and *.yml file of a directory (not recursing), in
+// name order. Errors name the file and line.
+func LoadConfig(path string) (*Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--envoy-config: %v", err)
+	}
+	files := []string{path}
+	if st.IsDir() {
+		files = nil
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("--envoy-config: %v", err)
+		}
+		for _, e := range ents {
+			if n := e.Name(); !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(path, n))
+			}
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("--envoy-config: no .yaml or .yml file in the directory %s", path)
+		}
+	}
+	c := &Config{domains: map[string]*domainRules{}}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--envoy-config: %v", err)
+		}
+		if err := c.add(f, b); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// ParseConfig reads configuration from YAML documents in memory; name is
+// the file name its errors give.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	c := &Config{domains: map[string]*domainRules{}}
+	if err := c.add(name, data); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// configError is an error at a line of a file.
+type configError struct {
+	file string
+	line int
+	msg  string
+}
+
+func (e *configError) Error() string { return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg) }
+
+// add loads every YAML document of one file.
+func (c *Config) add(file string, data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	docs := 0
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			return fmt.Errorf("%s: %v", file, err)
+		}
+		docs++
+		if len(doc.Content) == 0 {
+			continue
+		}
+		if err := c.addDomain(file, doc.Content[0]); err != nil {
+			return err
+		}
+	}
+	if docs == 0 {
+		return &configError{file, 1, "no configuration: the file must have a domain"}
+	}
+	c.files = append(c.files, file)
+	return nil
+}
+
+// fields checks that n is a mapping of known keys and returns its values.
+func fields(file string, n *yaml.Node, what string, known ...string) (map[string]*yaml.Node, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, &configError{file, n.Line, what + " must be a mapping of keys to values"}
+	}
+	out := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ok := false
+		for _, name := range known {
+			ok = ok || k.Value == name
+		}
+		if !ok {
+			return nil, &configError{file, k.Line, fmt.Sprintf("unknown key '%s' in %s (accepted: %s)", k.Value, what, strings.Join(known, ", "))}
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, &configError{file, k.Line, fmt.Sprintf("key '%s' appears twice in %s", k.Value, what)}
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
+
+func str(file string, n *yaml.Node, name string) (string, error) {
+	if n == nil || n.Tag == "!!null" {
+		return "", nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return "", &configError{file, n.Line, name + " must be a string"}
+	}
+	return n.Value, nil
+}
+
+func boolean(file string, n *yaml.Node, name string) (bool, error) {
+	if n == nil || n.Tag == "!!null" {
+		return false, nil
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, &configError{file, n.Line, name + " must be true or false"}
+	}
+	return b, nil
+}
+
+func (c *Config) addDomain(file string, root *yaml.Node) error {
+	f, err := fields(file, root, "the file", "domain", "descriptors")
+	if err != nil {
+		return err
+	}
+	name, err := str(file, f["domain"], "domain")
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		return &configError{file, root.Line, "the configuration has an empty or missing domain"}
+	}
+	if prev, ok := c.domains[name]; ok {
+		return &configError{file, f["domain"].Line, fmt.Sprintf("domain '%s' is already configured in %s", name, prev.file)}
+	}
+	d := &domainRules{name: name, rules: ruleSet{}, file: file}
+	if err := c.addRules(file, name, d.rules, f["descriptors"], name); err != nil {
+		return err
+	}
+	c.domains[name] = d
+	return nil
+}
+
+func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, metric string) error {
+	if list == nil || list.Tag == "!!null" {
+		return nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return &configError{file, list.Line, "descriptors must be a list"}
+	}
+	for _, n := range list.Content {
+		r, err := parseRule(file, n)
+		if err != nil {
+			return err
+		}
+		composite := r.Key
+		if r.Value != "" {
+			composite += "_" + r.Value
+		}
+		r.metric = metric + "." + composite
+		kr := set[r.Key]
+		if kr == nil {
+			kr = &keyRules{exact: map[string]*Rule{}}
+			set[r.Key] = kr
+		}
+		dup := false
+		switch {
+		case r.Value == "":
+			dup, kr.any = kr.any != nil, r
+		case strings.Contains(r.Value, "*"):
+			for _, p := range kr.patterns {
+				dup = dup || p.Value == r.Value
+			}
+			r.parts = strings.Split(r.Value, "*")
+			kr.patterns = append(kr.patterns, r)
+		default:
+			dup = kr.exact[r.Value] != nil
+			kr.exact[r.Value] = r
+		}
+		if dup {
+			return &configError{file, r.Line, fmt.Sprintf("duplicate descriptor composite key '%s'", r.metric)}
+		}
+		if r.ShareThreshold && r.parts == nil {
+			return &configError{file, r.Line, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
+		}
+		r.children = ruleSet{}
+		if err := c.addRules(file, domain, r.children, r.childList, r.metric); err != nil {
+			return err
+		}
+		r.childList = nil
+	}
+	return nil
+}
+
+func parseRule(file string, n *yaml.Node) (*Rule, error) {
+	f, err := fields(file, n, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode",
+		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
+	if err != nil {
+		return nil, err
+	}
+	r := &Rule{File: file, Line: n.Line}
+	if r.Key, err = str(file, f["key"], "key"); err != nil {
+		return nil, err
+	}
+	if r.Key == "" {
+		return nil, &configError{file, n.Line, "descriptor has empty key"}
+	}
+	if r.Value, err = str(file, f["value"], "value"); err != nil {
+		return nil, err
+	}
+	for name, dst := range map[string]*bool{"shadow_mode": &r.ShadowMode, "detailed_metric": &r.DetailedMetric,
+		"value_to_metric": &r.ValueToMetric, "share_threshold": &r.ShareThreshold} {
+		if *dst, err = boolean(file, f[name], name); err != nil {
+			return nil, err
+		}
+	}
+	if q, err := boolean(file, f["quota_mode"], "quota_mode"); err != nil {
+		return nil, err
+	} else if q {
+		return nil, &configError{file, f["quota_mode"].Line, "quota_mode is not supported: sluice admits every descriptor of a request together or not at all; use a calendar quota on a budget node instead"}
+	}
+	if rl := f["rate_limit"]; rl != nil && rl.Tag != "!!null" {
+		if r.Limit, err = parseLimit(file, rl); err != nil {
+			return nil, err
+		}
+	}
+	r.childList = f["descriptors"]
+	return r, nil
+}
+
+func parseLimit(file string, n *yaml.Node) (*Limit, error) {
+	f, err := fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces")
+	if err != nil {
+		return nil, err
+	}
+	l := &Limit{}
+	if l.Unlimited, err = boolean(file, f["unlimited"], "unlimited"); err != nil {
+		return nil, err
+	}
+	if l.Name, err = str(file, f["name"], "name"); err != nil {
+		return nil, err
+	}
+	unit, err := str(file, f["unit"], "unit")
+	if err != nil {
+		return nil, err
+	}
+	uw, valid := unitWindows[strings.ToLower(unit)]
+	switch {
+	case l.Unlimited && valid:
+		return nil, &configError{file, f["unit"].Line, "should not specify rate limit unit when unlimited"}
+	case !l.Unlimited && !valid:
+		line := n.Line
+		if u := f["unit"]; u != nil {
+			line = u.Line
+		}
+		return nil, &configError{file, line, fmt.Sprintf("invalid rate limit unit '%s': must be second, minute, hour, day, week, month or year", unit)}
+	}
+	l.Unit, l.window = uw.unit, uw.window
+	if rpu := f["requests_per_unit"]; rpu != nil && rpu.Tag != "!!null" {
+		var v int64
+		if rpu.Kind != yaml.ScalarNode || rpu.Decode(&v) != nil || v < 0 || v > math.MaxUint32 {
+			return nil, &configError{file, rpu.Line, fmt.Sprintf("requests_per_unit must be an integer between 0 and %d", uint32(math.MaxUint32))}
+		}
+		l.RequestsPerUnit = uint32(v)
+	}
+	if !l.Unlimited && l.RequestsPerUnit > 0 {
+		if l.lim, err = engine.NewLimit(engine.FixedWindow, int64(l.RequestsPerUnit), l.window, int64(l.RequestsPerUnit)); err != nil {
+			return nil, &configError{file, n.Line, err.Error()}
+		}
+	}
+	if rep := f["replaces"]; rep != nil && rep.Tag != "!!null" {
+		if rep.Kind != yaml.SequenceNode {
+			return nil, &configError{file, rep.Line, "replaces must be a list of {name: …}"}
+		}
+		for _, e := range rep.Content {
+			ef, err := fields(file, e, "a replaces entry", "name")
+			if err != nil {
+				return nil, err
+			}
+			name, err := str(file, ef["name"], "name")
+			if err != nil {
+				return nil, err
+			}
+			if name == "" {
+				return nil, &configError{file, e.Line, "should not have an empty replaces entry"}
+			}
+			if name == l.Name {
+				return nil, &configError{file, e.Line, "replaces should not contain name of same descriptor"}
+			}
+			l.Replaces = append(l.Replaces, name)
+		}
+	}
+	return l, nil
+}

@@ -1,0 +1,56 @@
+package envoyrls
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts requests and descriptors per domain and rule, like
+// envoyproxy/ratelimit's stats. Labels stay bounded: a domain is named
+// only when it is configured (loaded rules, or a budget node a descriptor
+// resolved to), else "unknown"; a descriptor is named by its rule
+// (domain.key_value.key…), its budget node, or "domain.override".
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	descriptors *prometheus.CounterVec
+
+	mu    sync.RWMutex
+	cache map[[3]string]prometheus.Counter
+}
+
+// NewMetrics registers the Envoy front's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_requests_total",
+			Help: "ShouldRateLimit requests by domain and overall result (ok, over_limit)."}, []string{"domain", "result"}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_descriptors_total",
+			Help: "ShouldRateLimit descriptors by domain, rule and result (ok, over_limit, shadow_over_limit, unlimited, no_limit)."},
+			[]string{"domain", "descriptor", "result"}),
+		cache: map[[3]string]prometheus.Counter{},
+	}
+	reg.MustRegister(m.requests, m.descriptors)
+	return m
+}
+
+func (m *Metrics) counter(vec *prometheus.CounterVec, k [3]string, labels ...string) prometheus.Counter {
+	m.mu.RLock()
+	c, ok := m.cache[k]
+	m.mu.RUnlock()
+	if ok {
+		return c
+	}
+	c = vec.WithLabelValues(labels...)
+	m.mu.Lock()
+	m.cache[k] = c
+	m.mu.Unlock()
+	return c
+}
+
+func (m *Metrics) request(domain, result string) {
+	m.counter(m.requests, [3]string{"\x00req", domain, result}, domain, result).Inc()
+}
+
+func (m *Metrics) descriptor(domain, descriptor, result string) {
+	m.counter(m.descriptors, [3]string{domain, descriptor, result}, domain, descriptor, result).Inc()
+}

@@ -1,0 +1,616 @@
+// Package envoyrls is sluice's front for Envoy's global rate limit service
+// protocol (envoy.service.ratelimit.v3.RateLimitService): it maps each
+// ShouldRateLimit request onto one call of the service core
+// (limiter.Service), every descriptor a part of that call, so that the
+// descriptors of a request are admitted together or not at all.
+//
+// A descriptor is limited by the first of: its own limit override (an
+// inline fixed window); the rules of its domain when the domain is in the
+// envoyproxy/ratelimit configuration loaded with --envoy-config (Config:
+// an inline fixed window per matched rule, keyed by the request's entries
+// as envoyproxy/ratelimit keys its counters); otherwise the budget tree,
+// at the path domain/key1/value1/…/keyN/valueN with valueN as the subject
+// (KEY). docs/envoy.md states the mapping for users.
+package envoyrls
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/internal/ratehdr"
+	"github.com/sluice-rl/sluice/limiter"
+)
+
+// MaxEntries bounds the entries of a descriptor that maps onto the budget
+// tree: the domain and a key and a value per entry must fit in
+// budget.MaxDepth path segments.
+const MaxEntries = (budget.MaxDepth - 1) / 2
+
+// KeyPrefix starts the inline keys of descriptors limited by a loaded
+// configuration or a limit override.
+const KeyPrefix = "envoy/"
+
+// Server answers ShouldRateLimit from a limiter.Service.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	svc     *limiter.Service
+	cfg     *Config
+	metrics *Metrics
+	// MaxKeyLen bounds the keys and paths a descriptor builds (--max-key-len).
+	maxKeyLen int
+	pool      sync.Pool
+}
+
+// NewServer returns the Envoy front of svc with the loaded configuration
+// cfg (nil: every domain maps onto the budget tree); m may be nil.
+func NewServer(svc *limiter.Service, cfg *Config, m *Metrics, maxKeyLen int) *Server {
+	s := &Server{svc: svc, cfg: cfg, metrics: m, maxKeyLen: maxKeyLen}
+	s.pool.New = func() any { return new(work) }
+	return s
+}
+
+// kind is how one descriptor is limited.
+type kind uint8
+
+const (
+	noLimit   kind = iota // nothing matched: not limited
+	unlimited             // a rule with unlimited: true
+	limited               // charged with the request
+	shadow                // charged, never refusing (shadow_mode)
+	refund                // is_negative_hits: tokens given back
+)
+
+// part is one descriptor of a request being decided.
+type part struct {
+	kind    kind
+	deny    bool // requests_per_unit 0: always over the limit
+	rule    *Rule
+	lim     engine.Limit // an override's
+	call    budget.Call
+	rpu     uint32
+	unit    Unit
+	window  time.Duration
+	name    string
+	metric  string
+	keyFrom int // the call's key and subject in work.buf
+	keyTo   int
+	subTo   int
+
+	code      rlsv3.RateLimitResponse_Code
+	remaining int64
+	limit     int64
+	reset     int64 // ns
+	retry     int64 // ns, -1 never
+	shadowHit bool  // a shadow_mode rule that would have refused
+}
+
+// work is the reusable state of one request.
+type work struct {
+	parts []part
+	group []budget.Call
+	buf   []byte
+	sc    limiter.Scratch
+}
+
+func (s *Server) domainLabel(domain string, p []part) string {
+	if s.cfg.HasDomain(domain) {
+		return domain
+	}
+	for i := range p {
+		if p[i].kind != noLimit {
+			return domain
+		}
+	}
+	return "unknown"
+}
+
+// ShouldRateLimit decides a request: every descriptor that limits is a
+// part of one call, admitted together or not at all.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(req.Descriptors) > budget.MaxParts {
+		return nil, status.Errorf(codes.InvalidArgument, "a request may carry at most %d descriptors, this one has %d", budget.MaxParts, len(req.Descriptors))
+	}
+	w := s.pool.Get().(*work)
+	defer s.pool.Put(w)
+	resp, err := s.decide(req, w)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitResponse, error) {
+	domain := req.Domain
+	n := len(req.Descriptors)
+	if cap(w.parts) < n {
+		w.parts = make([]part, n)
+	}
+	w.parts = w.parts[:n]
+	w.buf = w.buf[:0]
+	hits := int64(req.HitsAddend)
+	if hits == 0 {
+		hits = 1
+	}
+	replaced := false
+	for i, d := range req.Descriptors {
+		p := &w.parts[i]
+		*p = part{}
+		if err := s.classify(domain, d, hits, p, w); err != nil {
+			return nil, err
+		}
+		replaced = replaced || p.rule != nil && len(p.rule.Limit.Replaces) > 0
+	}
+	if replaced {
+		// A rule named in another matched rule's replaces is dropped.
+		for i := range w.parts {
+			p := &w.parts[i]
+			if p.rule == nil || p.rule.Limit.Name == "" {
+				continue
+			}
+			for j := range w.parts {
+				if q := w.parts[j].rule; q != nil && containsName(q.Limit.Replaces, p.rule.Limit.Name) {
+					p.kind, p.rule, p.deny = noLimit, nil, false
+					break
+				}
+			}
+		}
+	}
+	// Keys and paths point into w.buf only once it has stopped growing.
+	for i := range w.parts {
+		p := &w.parts[i]
+		if p.keyTo > p.keyFrom {
+			p.call.Path = w.buf[p.keyFrom:p.keyTo:p.keyTo]
+			if p.subTo > p.keyTo {
+				p.call.Subject = w.buf[p.keyTo:p.subTo:p.subTo]
+			}
+		}
+	}
+
+	denied := false
+	w.group = w.group[:0]
+	for i := range w.parts {
+		p := &w.parts[i]
+		if p.kind == limited {
+			if p.deny {
+				denied = true
+			} else {
+				w.group = append(w.group, p.call)
+			}
+		}
+	}
+	var out limiter.Outcome
+	admitted := !denied
+	if len(w.group) > 0 && !denied {
+		call := w.group[0]
+		call.With = w.group[1:]
+		call.HasWait = true
+		var err error
+		if out, err = s.svc.Acquire(&call, &w.sc, nil); err != nil {
+			return nil, grpcError(err)
+		}
+		admitted = out.Allowed != 0
+	}
+	// Each descriptor's status.
+	single := len(w.group) == 1 && !denied
+	for i := range w.parts {
+		p := &w.parts[i]
+		switch p.kind {
+		case noLimit, unlimited:
+			continue
+		case refund:
+			o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
+			if err != nil {
+				return nil, grpcError(err)
+			}
+			p.describe(&o)
+			continue
+		}
+		if p.deny {
+			p.code, p.remaining, p.limit, p.retry = rlsv3.RateLimitResponse_OVER_LIMIT, 0, 0, -1
+			p.reset = p.windowLeft(s.svc.Clock())
+			if p.kind == shadow {
+				p.code, p.shadowHit = rlsv3.RateLimitResponse_OK, true
+			}
+			continue
+		}
+		var o limiter.Outcome
+		var err error
+		switch {
+		case p.kind == shadow && admitted:
+			one := p.call
+			one.HasWait = true
+			if o, err = s.svc.Acquire(&one, &w.sc, nil); err == nil && o.Allowed == 0 {
+				p.shadowHit = true
+			}
+		case single:
+			o = out
+		case admitted:
+			one := p.call
+			one.Cost, one.HasCost = 0, true
+			o, err = s.svc.Peek(&one, &w.sc)
+		default:
+			// Refused: the descriptors that would refuse on their own say
+			// OVER_LIMIT; the others report their tokens, untouched.
+			if o, err = s.svc.Peek(&p.call, &w.sc); err == nil && o.Allowed != 0 {
+				one := p.call
+				one.Cost, one.HasCost = 0, true
+				o, err = s.svc.Peek(&one, &w.sc)
+				o.Allowed = 1
+			}
+			p.shadowHit = p.kind == shadow && o.Allowed == 0
+		}
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		p.describe(&o)
+		if p.kind == shadow {
+			p.code = rlsv3.RateLimitResponse_OK
+		}
+	}
+	return s.respond(req, w, admitted, denied, &out), nil
+}
+
+func containsName(names []string, n string) bool {
+	for _, x := range names {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+// describe fills the status of p from the outcome of its call.
+func (p *part) describe(o *limiter.Outcome) {
+	r := &o.Result
+	p.code = rlsv3.RateLimitResponse_OK
+	if o.Allowed == 0 {
+		p.code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	p.remaining, p.limit, p.reset, p.retry = max(r.Remaining, 0), r.Limit, r.ResetAfter, r.RetryAfter
+	if o.Unlimited {
+		p.limit = -1
+	}
+}
+
+// windowLeft returns the time until p's fixed window ends at now.
+func (p *part) windowLeft(now int64) int64 {
+	if p.window <= 0 {
+		return 0
+	}
+	return int64(p.window) - now%int64(p.window)
+}
+
+// classify decides how descriptor d limits and builds its call.
+func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *work) error {
+	if h := d.GetHitsAddend(); h != nil {
+		if h.Value > engine.MaxCost {
+			return status.Errorf(codes.InvalidArgument, "hits_addend must be at most %d", int64(engine.MaxCost))
+		}
+		hits = int64(h.Value)
+	}
+	p.call = budget.Call{Cost: hits, HasCost: true}
+	entries := d.GetEntries()
+	if len(entries) == 0 {
+		return status.Error(codes.InvalidArgument, "a descriptor must have at least one entry")
+	}
+	if lo := d.GetLimit(); lo != nil {
+		// An override: an inline fixed window on the descriptor's key.
+		window := UnitWindow(Unit(lo.GetUnit()))
+		if window == 0 {
+			return status.Errorf(codes.InvalidArgument, "limit override: unit must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
+		}
+		p.rpu, p.unit, p.window = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window
+		p.metric = domain + ".override"
+		p.kind = limited
+		if p.rpu == 0 {
+			p.deny = true
+		} else {
+			var err error
+			if p.lim, err = engine.NewLimit(engine.FixedWindow, int64(p.rpu), window, int64(p.rpu)); err != nil {
+				return status.Errorf(codes.InvalidArgument, "limit override: %v", err)
+			}
+			p.call.Rate = &p.lim
+		}
+		return s.inlineKey(domain, entries, nil, p, w)
+	}
+	if s.cfg.HasDomain(domain) {
+		r := s.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
+		if r == nil {
+			return nil
+		}
+		p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
+		if r.DetailedMetric {
+			// Opted in: one label per value seen (envoyproxy/ratelimit's
+			// detailed_metric), at the cost of a string per descriptor.
+			m := domain
+			for _, e := range entries {
+				m += "." + e.GetKey() + "_" + e.GetValue()
+			}
+			p.metric = m
+		}
+		if r.Limit.Unlimited {
+			p.kind = unlimited
+			return nil
+		}
+		p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
+		p.kind = limited
+		if r.ShadowMode {
+			p.kind = shadow
+		}
+		if p.rpu == 0 {
+			p.deny = true
+		} else {
+			p.call.Rate = &r.Limit.lim
+		}
+		if d.GetIsNegativeHits() && !p.deny {
+			p.kind = refund
+		}
+		return s.inlineKey(domain, entries, r, p, w)
+	}
+	return s.budgetPath(domain, d, p, w)
+}
+
+// inlineKey builds the counter key of a descriptor limited inline:
+// envoy/<domain>/<key>=<value>/…, a share_threshold rule's pattern in place
+// of the values it matched.
+func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w *work) error {
+	p.keyFrom = len(w.buf)
+	w.buf = append(append(w.buf, KeyPrefix...), domain...)
+	var shared [budget.MaxParts]string
+	if r != nil {
+		// The rules down to r, from the leaf up, say which values are shared.
+		s.sharedPatterns(domain, entries, shared[:])
+	}
+	for i, e := range entries {
+		w.buf = append(append(append(w.buf, '/'), e.GetKey()...), '=')
+		if i < len(shared) && shared[i] != "" {
+			w.buf = append(w.buf, shared[i]...)
+		} else {
+			w.buf = append(w.buf, e.GetValue()...)
+		}
+	}
+	p.keyTo, p.subTo = len(w.buf), len(w.buf)
+	if p.keyTo-p.keyFrom > s.maxKeyLen {
+		return status.Errorf(codes.InvalidArgument, "the descriptor's key is %d bytes, the limit (--max-key-len) is %d", p.keyTo-p.keyFrom, s.maxKeyLen)
+	}
+	return nil
+}
+
+// sharedPatterns sets shared[i] to the value pattern of the rule matched
+// by entry i when that rule shares its threshold (share_threshold).
+func (s *Server) sharedPatterns(domain string, entries []*entry, shared []string) {
+	d := s.cfg.domains[domain]
+	set := d.rules
+	for i, e := range entries {
+		kr := set[e.GetKey()]
+		if kr == nil {
+			return
+		}
+		next := kr.exact[e.GetValue()]
+		if next == nil {
+			for _, r := range kr.patterns {
+				if wildcardMatch(r.parts, e.GetValue()) {
+					next = r
+					if r.ShareThreshold && i < len(shared) {
+						shared[i] = r.Value
+					}
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = kr.any
+		}
+		if next == nil {
+			return
+		}
+		set = next.children
+	}
+}
+
+// budgetPath maps a descriptor of a domain without loaded rules onto the
+// budget tree: domain/key1/value1/…, the last value as the subject.
+func (s *Server) budgetPath(domain string, d *rlsv3ext, p *part, w *work) error {
+	entries := d.GetEntries()
+	if len(entries) > MaxEntries {
+		return status.Errorf(codes.InvalidArgument, "a descriptor of domain '%s' maps onto the budget tree and may have at most %d entries, this one has %d", domain, MaxEntries, len(entries))
+	}
+	p.keyFrom = len(w.buf)
+	w.buf = appendSegment(w.buf, domain)
+	for _, e := range entries {
+		w.buf = appendSegment(append(w.buf, '/'), e.GetKey())
+		w.buf = appendSegment(append(w.buf, '/'), e.GetValue())
+	}
+	p.keyTo = len(w.buf)
+	w.buf = append(w.buf, entries[len(entries)-1].GetValue()...)
+	p.subTo = len(w.buf)
+	path := w.buf[p.keyFrom:p.keyTo]
+	if len(path) > s.maxKeyLen {
+		return status.Errorf(codes.InvalidArgument, "the descriptor's budget path is %d bytes, the limit (--max-key-len) is %d", len(path), s.maxKeyLen)
+	}
+	tree := s.svc.Cluster.State().Tree
+	plan, _, ok := tree.Resolve(path)
+	if !ok {
+		p.keyTo = p.keyFrom // not limited: nothing on the path is configured
+		return nil
+	}
+	p.metric = plan.Config.Path
+	if eff, ok := plan.Config.Effective(); ok {
+		p.window = time.Duration(eff.Window)
+		p.unit = unitOf(p.window)
+		p.rpu = uint32(min(eff.Rate, math.MaxUint32))
+	}
+	p.kind = limited
+	if d.GetIsNegativeHits() {
+		p.kind = refund
+	}
+	return nil
+}
+
+// appendSegment appends s as one budget path segment: bytes a segment may
+// not hold (controls, space, '#', '/', and '%' itself) as %XX.
+func appendSegment(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "%00"...)
+	}
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c == '#' || c == '/' || c == '%' || c == 0x7f {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// respond builds the response: the overall code, one status per
+// descriptor, and the headers of the descriptor that refused or, if none
+// did, of the one with the fewest tokens left.
+func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
+	// The messages of a response are allocated in two blocks: they go to
+	// the transport and cannot be reused.
+	blk := new(respBlock)
+	resp := &blk.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if !admitted {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	sts := make([]statusBlock, len(w.parts))
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
+	pick := -1
+	for i := range w.parts {
+		p := &w.parts[i]
+		sb := &sts[i]
+		st := &sb.st
+		st.Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = st
+		switch p.kind {
+		case noLimit:
+			s.count(req.Domain, w.parts, "", "no_limit")
+			continue
+		case unlimited:
+			st.LimitRemaining = math.MaxUint32
+			s.count(req.Domain, w.parts, p.metric, "unlimited")
+			continue
+		}
+		st.Code = p.code
+		sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
+		st.CurrentLimit = &sb.lim
+		st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
+		sb.reset.Seconds, sb.reset.Nanos = p.reset/1e9, int32(p.reset%1e9)
+		st.DurationUntilReset = &sb.reset
+		result := "ok"
+		switch {
+		case p.shadowHit:
+			result = "shadow_over_limit"
+		case p.code == rlsv3.RateLimitResponse_OVER_LIMIT:
+			result = "over_limit"
+		}
+		s.count(req.Domain, w.parts, p.metric, result)
+		if p.kind == shadow || p.kind == refund || p.limit < 0 {
+			continue
+		}
+		switch {
+		case pick < 0:
+			pick = i
+		case w.parts[pick].code != rlsv3.RateLimitResponse_OVER_LIMIT &&
+			(p.code == rlsv3.RateLimitResponse_OVER_LIMIT || p.remaining < w.parts[pick].remaining):
+			pick = i
+		}
+	}
+	if pick >= 0 {
+		p := &w.parts[pick]
+		retry := time.Duration(p.retry)
+		if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
+			// The call's own answer: how long until every part admits.
+			retry = time.Duration(out.Result.RetryAfter)
+		}
+		if denied {
+			retry = -1 // a requests_per_unit 0 never admits
+		}
+		resp.ResponseHeadersToAdd = blk.hp[:0]
+		add := func(name, value string) {
+			h := &blk.hv[len(resp.ResponseHeadersToAdd)]
+			h.Key, h.Value = name, value
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
+		}
+		ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, add)
+		if !admitted {
+			if v, ok := ratehdr.RetryAfter(retry); ok {
+				add("Retry-After", v)
+			}
+		}
+	}
+	s.countRequest(req.Domain, w.parts, admitted)
+	return resp
+}
+
+// respBlock holds a response and its headers (at most six: §10's five
+// and Retry-After).
+type respBlock struct {
+	resp rlsv3.RateLimitResponse
+	hv   [6]corev3.HeaderValue
+	hp   [6]*corev3.HeaderValue
+}
+
+// statusBlock holds one descriptor's status and what it points to.
+type statusBlock struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	lim   rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+func (s *Server) count(domain string, parts []part, descriptor, result string) {
+	if s.metrics != nil {
+		s.metrics.descriptor(s.domainLabel(domain, parts), descriptor, result)
+	}
+}
+
+func (s *Server) countRequest(domain string, parts []part, admitted bool) {
+	if s.metrics != nil {
+		res := "ok"
+		if !admitted {
+			res = "over_limit"
+		}
+		s.metrics.request(s.domainLabel(domain, parts), res)
+	}
+}
+
+// grpcError maps a service error onto a gRPC status: refusals of the
+// request's content are InvalidArgument, a cluster without leader
+// Unavailable, anything else Internal.
+func grpcError(err error) error {
+	switch fault.Code(err) {
+	case "TRYAGAIN", "CLUSTERDOWN":
+		return status.Error(codes.Unavailable, err.Error())
+	case "ERR", "NOBUDGET", "BUDGET":
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+type (
+	rlsv3ext = rlcommon.RateLimitDescriptor
+	entry    = rlcommon.RateLimitDescriptor_Entry
+)

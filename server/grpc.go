@@ -1,0 +1,175 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/envoyrls"
+)
+
+// listenGRPC binds --grpc-addr and builds the gRPC server: Envoy's rate
+// limit service and gRPC health, with the RESP listener's TLS, protected
+// mode and credentials.
+func (s *Server) listenGRPC() error {
+	if s.cfg.GRPCAddr == "" {
+		return nil
+	}
+	var cfg *envoyrls.Config
+	if s.cfg.EnvoyConfig != "" {
+		var err error
+		if cfg, err = envoyrls.LoadConfig(s.cfg.EnvoyConfig); err != nil {
+			return err
+		}
+		s.log.Info("envoy configuration loaded", "path", s.cfg.EnvoyConfig, "domains", strings.Join(cfg.Domains(), ","))
+	}
+	ln, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr %s: %w", s.cfg.GRPCAddr, err)
+	}
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.grpcAuth)}
+	if s.cfg.TLSCert != "" {
+		tc, err := TLSConfig(s.cfg)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	g := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(g, envoyrls.NewServer(s.env.Service, cfg, envoyrls.NewMetrics(s.env.Metrics.Registry), s.cfg.MaxKeyLen))
+	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: func() bool { return !s.draining.Load() && s.ready() }})
+	s.grpc, s.grpcLn = g, ln
+	return nil
+}
+
+// GRPCAddr returns the bound gRPC address, or "" if gRPC is off.
+func (s *Server) GRPCAddr() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
+// stopGRPC lets in-flight calls finish, up to the shutdown timeout.
+func (s *Server) stopGRPC() {
+	if s.grpc == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.ShutdownTimeout):
+		s.grpc.Stop()
+	}
+}
+
+// grpcAuth applies protected mode and credentials to every call but health
+// checks (probes carry no credentials). Credentials travel in the
+// authorization metadata: "Bearer <password>" for the default user, or
+// "Basic base64(user:password)"; the limiter role suffices.
+func (s *Server) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+		return h(ctx, req)
+	}
+	if s.draining.Load() {
+		return nil, status.Error(codes.Unavailable, "server is shutting down")
+	}
+	if err := s.authorize(ctx, metadataValue(ctx, "authorization"), commands.RoleLimiter); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func metadataValue(ctx context.Context, key string) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// authorize checks a gRPC caller (its address and metadata in ctx).
+func (s *Server) authorize(ctx context.Context, authz string, need commands.Role) error {
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		addr = p.Addr.String()
+	}
+	switch refusal, msg := s.access(addr, authz, need); refusal {
+	case refuseUnauthenticated:
+		return status.Error(codes.Unauthenticated, msg)
+	case refuseForbidden:
+		return status.Error(codes.PermissionDenied, msg)
+	}
+	return nil
+}
+
+// Why access refuses a caller.
+const (
+	allowed = iota
+	refuseUnauthenticated
+	refuseForbidden
+)
+
+// access checks a caller of the gRPC or HTTP front as the RESP listener
+// checks a connection: protected mode from its address, credentials from
+// its authorization header ("Bearer <password>" or "Basic …"), and that
+// its role is at least need.
+func (s *Server) access(addr, authz string, need commands.Role) (int, string) {
+	auth := s.env.Auth
+	if !auth.Required() {
+		if s.cfg.ProtectedMode && !isLoopback(addr) {
+			return refuseForbidden, "sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted."
+		}
+		return allowed, ""
+	}
+	user, pass, ok := parseAuthorization(authz)
+	if !ok {
+		return refuseUnauthenticated, "authentication required: send the authorization header as 'Bearer <password>' or 'Basic base64(user:password)'"
+	}
+	role, ok := auth.Check([]byte(user), []byte(pass))
+	if !ok {
+		return refuseUnauthenticated, "invalid username-password pair or user is disabled"
+	}
+	if role < need {
+		return refuseForbidden, fmt.Sprintf("this user has role %s; the call needs %s", role, need)
+	}
+	return allowed, ""
+}
+
+// parseAuthorization reads "Bearer <password>" (user default) or "Basic
+// base64(user:password)".
+func parseAuthorization(v string) (user, pass string, ok bool) {
+	scheme, rest, found := strings.Cut(v, " ")
+	if !found {
+		return "", "", false
+	}
+	switch strings.ToLower(scheme) {
+	case "bearer":
+		return "default", rest, true
+	case "basic":
+		b, err := base64.StdEncoding.DecodeString(rest)
+		if err != nil {
+			return "", "", false
+		}
+		return strings.Cut(string(b), ":")
+	}
+	return "", "", false
+}
