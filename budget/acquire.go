@@ -20,6 +20,9 @@ type Call struct {
 	Quota   *quota.Spec
 	Cost    int64
 	HasCost bool
+	// Now, if not 0, is the time the call is decided at (Unix ns): a
+	// front that has read the clock already passes it on.
+	Now     int64
 	WaitMs  int64
 	HasWait bool
 	DryRun  bool
@@ -79,6 +82,7 @@ type Scratch struct {
 	name []byte
 	// more holds the keys of a call's further parts (Call.With).
 	more []keys
+	ch   charges
 }
 
 // keys are the keys built for one part of a call.
@@ -287,7 +291,7 @@ func (ch *charges) limitedBy(i int, sc *Scratch) []byte {
 // degrade lets the call through as allowed=2 without consuming. An inline
 // call costs 1 unless it says otherwise; a budget call its node's cost.
 func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcome, error) {
-	var ch charges
+	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
 	cost, wait := int64(1), c.WaitMs
 	var out Outcome
 	if !c.Inline() {
@@ -307,7 +311,7 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if len(c.With) > 0 && wait > 0 {
 		return Outcome{}, errWaitParts
 	}
-	if err := t.charge(now, c, sc, &ch, cost); err != nil {
+	if err := t.charge(now, c, sc, ch, cost); err != nil {
 		return Outcome{}, err
 	}
 	n := ch.n
@@ -348,8 +352,8 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 // Refund gives n tokens back to every level c charges, quotas included,
 // and describes the target's tightest level afterwards.
 func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
-	var ch charges
-	if err := t.charge(now, c, sc, &ch, 0); err != nil {
+	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
+	if err := t.charge(now, c, sc, ch, 0); err != nil {
 		return Outcome{}, err
 	}
 	for i := 0; i < ch.n; i++ {
@@ -381,8 +385,8 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 // its aggregate (its plan marks that level Own), which counts the traffic
 // of its children too: there is nothing to reset.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
-	var ch charges
-	if err := t.charge(0, c, sc, &ch, 0); err != nil {
+	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
+	if err := t.charge(0, c, sc, ch, 0); err != nil {
 		return false, err
 	}
 	for i := 0; i < ch.n; i++ {
@@ -402,8 +406,8 @@ func isAggregate(key []byte) bool {
 // at now (the one with the fewest tokens left; the deepest on a tie); ok is
 // false when none does.
 func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota.Status, ok bool, err error) {
-	var ch charges
-	if err = t.charge(now, c, sc, &ch, 0); err != nil {
+	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
+	if err = t.charge(now, c, sc, ch, 0); err != nil {
 		return st, false, err
 	}
 	k := 0
@@ -429,8 +433,8 @@ func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota
 // scope says so) and, when that is per node, its aggregate's; an inline
 // call's own counter.
 func (t *Tree) QuotaKeys(c *Call, sc *Scratch) ([]string, error) {
-	var ch charges
-	if err := t.charge(0, c, sc, &ch, 0); err != nil {
+	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
+	if err := t.charge(0, c, sc, ch, 0); err != nil {
 		return nil, err
 	}
 	var keys []string

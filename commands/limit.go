@@ -289,6 +289,7 @@ func acquireCmd(ctx *Ctx) {
 		rate = &ctx.S.lim
 	}
 	call := la.call(rate, &ctx.S.spec)
+	call.Now = ctx.Now()
 	out, err := ctx.Env.Service.Acquire(&call, &ctx.S.scratch, ctx.watcher())
 	ctx.reply(&out, err)
 }
@@ -444,7 +445,7 @@ func throttleCmd(ctx *Ctx) {
 		return
 	}
 	ctx.S.lim = lim
-	call := budget.Call{Path: a[1], Rate: &ctx.S.lim, Cost: qty, HasCost: true}
+	call := budget.Call{Path: a[1], Rate: &ctx.S.lim, Cost: qty, HasCost: true, Now: ctx.Now()}
 	out, err := ctx.Env.Service.Acquire(&call, &ctx.S.scratch, nil)
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())

@@ -113,7 +113,10 @@ func (s *Service) tree(c *Call) *budget.Tree {
 func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 	tree := s.tree(c)
 	c.Quotas = s
-	now := s.Clock()
+	now := c.Now
+	if now == 0 {
+		now = s.Clock()
+	}
 	out, err := tree.Acquire(s.Store, now, c, &sc.b)
 	if err == nil && out.Allowed == 0 && out.Result.Reserve && !c.DryRun && s.Reserve != nil && s.Reserve(reserveWait) {
 		now = s.Clock()
