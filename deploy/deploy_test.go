@@ -117,7 +117,7 @@ func hashComments(src string) string {
 }
 
 // loadConfig loads settings from args and env exactly as the binary does,
-// and validates them.
+// validates them and fills in the derived defaults.
 func loadConfig(t *testing.T, where string, args []string, env map[string]string) server.Config {
 	t.Helper()
 	cfg, err := server.Load(args, func(k string) string { return env[k] }, io.Discard)
@@ -127,7 +127,7 @@ func loadConfig(t *testing.T, where string, args []string, env map[string]string
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("%s: settings do not validate:\n%v", where, err)
 	}
-	return cfg
+	return cfg.WithDefaults()
 }
 
 func defaultSettings(t *testing.T) map[string]string {

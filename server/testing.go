@@ -67,7 +67,7 @@ func StartTestNode(t testing.TB, o TestNode) *Node {
 	if o.Clock != nil {
 		hooks.Now = o.Clock.Now
 	}
-	n, err := OpenWith(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), hooks)
+	n, err := OpenWith(cfg.WithDefaults(), slog.New(slog.NewTextHandler(io.Discard, nil)), hooks)
 	if err != nil {
 		t.Fatal(err)
 	}
