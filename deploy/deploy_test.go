@@ -28,7 +28,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -1632,10 +1633,10 @@ func TestConfigFile(t *testing.T) {
 // series exists.
 func startNode(t *testing.T) *server.Node {
 	t.Helper()
-	n := server.StartTestNode(t, server.TestNode{Config: func(c *server.Config) { c.MaxClients = 1 }})
+	n := testnode.Start(t, testnode.Options{Config: func(c *server.Config) { c.MaxClients = 1 }})
 	// Ready once it has also recorded itself as a member: that write
 	// would otherwise move the commit index under /readyz.
-	raftfsm.WaitFor(t, 10*time.Second, "the node to be ready", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the node to be ready", func() bool {
 		return len(n.Raft.State().Members) > 0 && n.Raft.Ready()
 	})
 	return n
