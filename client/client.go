@@ -281,7 +281,8 @@ func (c *Client) decide(ctx context.Context, cmd, target string, lim *Limit, pee
 	return parseDecision(cmd, v)
 }
 
-// parseDecision reads the six-element reply of SPEC §3.
+// parseDecision reads RL.ACQUIRE's six-element reply (docs/commands.md,
+// "Reply").
 func parseDecision(cmd string, v any) (Decision, error) {
 	arr, ok := v.([]any)
 	if !ok || len(arr) != 6 {

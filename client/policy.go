@@ -145,8 +145,9 @@ func (n *node) policy(path string) Policy {
 
 // Policy returns the budget policy for path: RL.BUDGET GET path or, when
 // path is not configured, the same for its deepest configured ancestor
-// (walking up the '/' segments), as SPEC §4 rule 1 resolves calls. Each
-// reply is cached per path for the PolicyTTL. If no node on the path is
+// (walking up the '/' segments), as the server resolves calls
+// (docs/budgets.md, "Which node governs a call"). Each reply is cached per
+// path for the PolicyTTL. If no node on the path is
 // configured, the error wraps the server's NOBUDGET reply (IsNoBudget).
 func (c *Client) Policy(ctx context.Context, path string) (Policy, error) {
 	if path == "" {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -15,7 +17,7 @@ const t0 = int64(20000*86400) * int64(time.Second)
 // sluice is a real single-node sluice running in the test process.
 type sluice struct {
 	node  *server.Node
-	clock *server.TestClock
+	clock *testkit.Clock
 	rdb   *redis.Client
 }
 
@@ -24,8 +26,8 @@ type sluice struct {
 // ready and returns it with a go-redis client.
 func startSluice(t *testing.T) *sluice {
 	t.Helper()
-	clk := server.NewTestClock(t0)
-	n := server.StartTestNode(t, server.TestNode{Clock: clk})
+	clk := testkit.NewClock(t0)
+	n := testnode.Start(t, testnode.Options{Clock: clk})
 	rdb := redis.NewClient(&redis.Options{Addr: n.Server.RespAddr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	return &sluice{node: n, clock: clk, rdb: rdb}

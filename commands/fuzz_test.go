@@ -8,6 +8,8 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/internal/testraft"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -23,13 +25,13 @@ func reply(t testing.TB, c *Capture) string {
 
 // testEnv returns an environment backed by a real one-node Raft cluster.
 func testEnv(t testing.TB) *Env {
-	o := raftfsm.TestOptions(t, 0)
+	o := testraft.Options(t, 0)
 	node, err := raftfsm.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Shutdown() })
-	raftfsm.WaitForLeader(t, node)
+	testkit.WaitForLeader(t, node)
 	reg := NewRegistry()
 	done := make(chan struct{})
 	close(done) // WAIT returns at once: the fuzzer must not sleep

@@ -566,8 +566,8 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 	return resp
 }
 
-// respBlock holds a response and its headers (at most six: §10's five
-// and Retry-After).
+// respBlock holds a response and its headers (at most six: ratehdr's
+// five and Retry-After).
 type respBlock struct {
 	resp rlsv3.RateLimitResponse
 	hv   [6]corev3.HeaderValue

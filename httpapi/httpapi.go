@@ -2,8 +2,9 @@
 // /v1/refund and /v1/quota take, as a JSON object, what RL.ACQUIRE,
 // RL.PEEK, RL.REFUND and RL.QUOTA take, call the service core
 // (limiter.Service) and answer with the RESP reply's fields by name, the
-// rate-limit headers of SPEC §10 (package ratehdr, as httplimit sets them) and, on a refusal, 429 with
-// Retry-After. docs/http.md and docs/openapi.yaml describe it for users.
+// rate-limit headers (package ratehdr, as httplimit sets them) and, on a
+// refusal, 429 with Retry-After. docs/http.md and docs/openapi.yaml
+// describe it for users.
 package httpapi
 
 import (

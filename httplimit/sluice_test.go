@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
 )
 
@@ -15,7 +17,7 @@ const t0 = int64(20000*86400) * int64(time.Second)
 // sluice is a real single-node sluice running in the test process.
 type sluice struct {
 	node  *server.Node
-	clock *server.TestClock
+	clock *testkit.Clock
 	rdb   *redis.Client
 }
 
@@ -28,12 +30,12 @@ func startSluice(t *testing.T) *sluice { return startSluiceClock(t, true) }
 // its own, real, time.
 func startSluiceClock(t *testing.T, frozen bool) *sluice {
 	t.Helper()
-	clk := server.NewTestClock(t0)
-	o := server.TestNode{}
+	clk := testkit.NewClock(t0)
+	o := testnode.Options{}
 	if frozen {
 		o.Clock = clk
 	}
-	n := server.StartTestNode(t, o)
+	n := testnode.Start(t, o)
 	rdb := redis.NewClient(&redis.Options{Addr: n.Server.RespAddr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	return &sluice{node: n, clock: clk, rdb: rdb}

@@ -1,8 +1,10 @@
 // Package raftfsm replicates sluice's configuration through Raft: the
-// versioned encoding of log entries, the state machine that applies them to
-// the budget tree and the membership map (node id → RESP address), and the
-// node that opens, bootstraps, joins, applies with bounded waits and shuts
-// down with a leadership transfer.
+// versioned encoding of log entries, the state machine that applies them —
+// to the budget tree, the membership map (node id → RESP address) and the
+// committed calendar quota counters (quota.go) — and remembers each node's
+// recent write outcomes so that a retried write applies once (writes.go),
+// and the node that opens, bootstraps, joins, applies with bounded waits
+// and shuts down with a leadership transfer.
 package raftfsm
 
 import (

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 func setEntry(t testing.TB, path, js string) []byte {
@@ -43,7 +44,7 @@ func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) 
 	var nodes []*Node
 	var opts []Options
 	for i := 0; i < size; i++ {
-		o := TestOptions(t, i)
+		o := testOptions(t, i)
 		o.Remote = memRemote{}
 		if i > 0 {
 			o.Join = "127.0.0.1:1" // unreachable: the test joins them directly
@@ -55,18 +56,18 @@ func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) 
 		o.RaftAddr = n.opts.RaftAddr
 		nodes, opts = append(nodes, n), append(opts, o)
 		if i == 0 {
-			WaitForLeader(t, n)
+			testkit.WaitForLeader(t, n)
 		} else if err := nodes[0].Join(o.ID, o.RaftAddr, o.RespAddr, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	WaitForLeader(t, nodes...)
+	testkit.WaitForLeader(t, nodes...)
 	return nodes, opts
 }
 
 func TestSingleNodeBootstrapsItself(t *testing.T) {
-	n := open(t, TestOptions(t, 0))
-	WaitForLeader(t, n)
+	n := open(t, testOptions(t, 0))
+	testkit.WaitForLeader(t, n)
 	resp, err := n.Apply(setEntry(t, "api", `{"sustained":{"rate":10}}`))
 	if err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
@@ -75,9 +76,9 @@ func TestSingleNodeBootstrapsItself(t *testing.T) {
 	if node == nil || node.Version == 0 || node.Version != n.FSM().Applied() {
 		t.Fatalf("node %+v applied %d", node, n.FSM().Applied())
 	}
-	WaitFor(t, 5*time.Second, "self registered", func() bool { return n.State().Members["n0"].RespAddr == "127.0.0.1:1" })
+	testkit.WaitFor(t, 5*time.Second, "self registered", func() bool { return n.State().Members["n0"].RespAddr == "127.0.0.1:1" })
 	// Raft counts an entry applied just after the state machine has it.
-	WaitFor(t, 5*time.Second, "the single node to be ready", n.Ready)
+	testkit.WaitFor(t, 5*time.Second, "the single node to be ready", n.Ready)
 	// A refused change answers with the reason and changes nothing.
 	before := n.State()
 	resp, err = n.Apply(setEntry(t, "api/x", `{"sustained":{"rate":10},"budget":{"mode":"allocated","total":5}}`))
@@ -97,13 +98,13 @@ func TestSingleNodeBootstrapsItself(t *testing.T) {
 
 func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 	nodes, opts := cluster(t, 3, nil)
-	leader := WaitForLeader(t, nodes...)
+	leader := testkit.WaitForLeader(t, nodes...)
 	resp, err := leader.Apply(setEntry(t, "system", `{"sharing":"enforce","sustained":{"rate":100,"window":"minute"}}`))
 	if err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
 	}
 	idx := leader.FSM().Applied()
-	WaitForApplied(t, idx, nodes...)
+	testkit.WaitForApplied(t, idx, nodes...)
 	for _, n := range nodes {
 		if v := n.State().Tree.Get("system"); v == nil || v.Version != idx {
 			t.Fatalf("%s: %+v, want version %d", n.ID(), v, idx)
@@ -132,7 +133,7 @@ func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 			survivors = append(survivors, n)
 		}
 	}
-	second := WaitForLeader(t, survivors...)
+	second := testkit.WaitForLeader(t, survivors...)
 	for i := 0; i < 5; i++ {
 		if resp, err := second.Apply(setEntry(t, fmt.Sprintf("system/t%d", i), `{"sustained":{"rate":10,"window":"minute"}}`)); err != nil || resp.Err != nil {
 			t.Fatal(err, resp.Err)
@@ -140,14 +141,14 @@ func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 	}
 	// The old leader comes back from its data dir and catches up.
 	back := open(t, deadOpts)
-	WaitForApplied(t, second.FSM().Applied(), back)
+	testkit.WaitForApplied(t, second.FSM().Applied(), back)
 	if back.State().Tree.Len() != 6 {
 		t.Fatalf("restarted node has %d budgets, want 6", back.State().Tree.Len())
 	}
 
 	// Two nodes down: the survivor cannot commit, within a bounded time.
 	all := append(survivors, back)
-	l := WaitForLeader(t, all...)
+	l := testkit.WaitForLeader(t, all...)
 	var alone *Node
 	for _, n := range all {
 		if n != l && alone == nil {
@@ -156,7 +157,7 @@ func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 			n.Shutdown()
 		}
 	}
-	WaitFor(t, 10*time.Second, "the survivor to lose its leader", func() bool { _, _, ok := alone.Leader(); return !ok || !alone.IsLeader() })
+	testkit.WaitFor(t, 10*time.Second, "the survivor to lose its leader", func() bool { _, _, ok := alone.Leader(); return !ok || !alone.IsLeader() })
 	start := time.Now()
 	_, err = alone.Apply(setEntry(t, "y", `{}`))
 	if err == nil || time.Since(start) > 5*time.Second {
@@ -169,13 +170,13 @@ func TestThreeNodesReplicateFailOverAndRestart(t *testing.T) {
 	for i := range opts {
 		again = append(again, open(t, opts[i]))
 	}
-	l = WaitForLeader(t, again...)
+	l = testkit.WaitForLeader(t, again...)
 	l.Barrier(5 * time.Second)
 	// The write refused without quorum may surface now: its outcome was
 	// unknown, and a node that led for a moment may have logged it (an
 	// election between finding the leader and stopping the others).
 	for _, n := range again {
-		WaitForApplied(t, l.FSM().Applied(), n)
+		testkit.WaitForApplied(t, l.FSM().Applied(), n)
 		want := 6
 		if n.State().Tree.Get("y") != nil {
 			want = 7
@@ -203,14 +204,14 @@ func TestSnapshotsAndJoinAfterThem(t *testing.T) {
 	}
 	versions := leader.State().Tree.Versioned()
 	// A node joining now gets the tree by snapshot, the early log is gone.
-	o := TestOptions(t, 1)
+	o := testOptions(t, 1)
 	o.Remote = memRemote{}
 	o.Join = "127.0.0.1:1"
 	joiner := open(t, o)
 	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr, false); err != nil {
 		t.Fatal(err)
 	}
-	WaitForApplied(t, leader.FSM().Applied(), joiner)
+	testkit.WaitForApplied(t, leader.FSM().Applied(), joiner)
 	got := joiner.State().Tree.Versioned()
 	if len(got) != 60 {
 		t.Fatalf("joiner has %d budgets, want 60", len(got))
@@ -224,7 +225,7 @@ func TestSnapshotsAndJoinAfterThem(t *testing.T) {
 
 func TestJoinReplacesStaleMember(t *testing.T) {
 	nodes, opts := cluster(t, 3, nil)
-	leader := WaitForLeader(t, nodes...)
+	leader := testkit.WaitForLeader(t, nodes...)
 	// The same id at a new address replaces the old record.
 	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9", false); err != nil {
 		t.Fatal(err)
@@ -250,13 +251,13 @@ func TestJoinReplacesStaleMember(t *testing.T) {
 }
 
 func TestRestartWithChangedAddressIsRefused(t *testing.T) {
-	o := TestOptions(t, 0)
+	o := testOptions(t, 0)
 	o.Remote = memRemote{}
 	n, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	WaitForLeader(t, n)
+	testkit.WaitForLeader(t, n)
 	first := n.opts.RaftAddr
 	n.Shutdown()
 	o.RaftAddr = "127.0.0.1:0"
@@ -272,7 +273,7 @@ func TestRestartWithAHostName(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	l.Close()
-	o := TestOptions(t, 0)
+	o := testOptions(t, 0)
 	o.Remote = memRemote{}
 	o.RaftAddr = "localhost:" + port
 	for i := 0; i < 2; i++ { // the second start must find its own record
@@ -280,7 +281,7 @@ func TestRestartWithAHostName(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
-		WaitForLeader(t, n)
+		testkit.WaitForLeader(t, n)
 		if servers, _ := n.Servers(); string(servers[0].Address) != o.RaftAddr {
 			t.Fatalf("recorded %v", servers)
 		}
@@ -296,7 +297,7 @@ func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := TestOptions(t, i)
+		o := testOptions(t, i)
 		o.Remote = memRemote{}
 		o.RaftAddr = l.Addr().String()
 		l.Close()
@@ -308,8 +309,8 @@ func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
 		o.Peers = peers
 		nodes = append(nodes, open(t, o))
 	}
-	leader := WaitForLeader(t, nodes...)
-	WaitFor(t, 10*time.Second, "three member records", func() bool { return len(leader.State().Members) == 3 })
+	leader := testkit.WaitForLeader(t, nodes...)
+	testkit.WaitFor(t, 10*time.Second, "three member records", func() bool { return len(leader.State().Members) == 3 })
 	var gone *Node
 	for _, n := range nodes {
 		if n != leader {
@@ -331,11 +332,11 @@ func TestLeaveKeepsABootstrapPeerOut(t *testing.T) {
 
 func TestRestartWithoutQuorumServesTheLastTree(t *testing.T) {
 	nodes, opts := cluster(t, 3, nil)
-	leader := WaitForLeader(t, nodes...)
+	leader := testkit.WaitForLeader(t, nodes...)
 	if _, err := leader.Apply(setEntry(t, "kept", `{"sustained":{"rate":5}}`)); err != nil {
 		t.Fatal(err)
 	}
-	WaitForApplied(t, leader.FSM().Applied(), nodes...)
+	testkit.WaitForApplied(t, leader.FSM().Applied(), nodes...)
 	for _, n := range nodes {
 		n.Shutdown()
 	}

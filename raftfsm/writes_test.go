@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // A write retried after an unknown outcome is applied once: the repeat is
@@ -84,7 +85,7 @@ func TestWriteTableIsBounded(t *testing.T) {
 // A lone node takes a write at once after it opens: Write waits for the
 // election instead of refusing.
 func TestWriteRightAfterOpen(t *testing.T) {
-	n := open(t, TestOptions(t, 0))
+	n := open(t, testOptions(t, 0))
 	c, _ := budget.ParseJSON([]byte(`{"sustained":{"rate":10}}`))
 	resp, err := n.Write(&Entry{Type: SetBudget, Path: "api", Config: &c})
 	if err != nil || resp.Err != nil {
@@ -99,7 +100,7 @@ func TestWriteRightAfterOpen(t *testing.T) {
 // and succeeds; a consistent read on the new leader sees it.
 func TestWriteOnFollowerDuringElection(t *testing.T) {
 	nodes, _ := cluster(t, 3, nil)
-	leader := WaitForLeader(t, nodes...)
+	leader := testkit.WaitForLeader(t, nodes...)
 	var rest []*Node
 	for _, n := range nodes {
 		if n != leader {
@@ -115,7 +116,7 @@ func TestWriteOnFollowerDuringElection(t *testing.T) {
 	if rest[0].State().Tree.Get("during") == nil {
 		t.Fatal("not applied on the node that took the write")
 	}
-	nl := WaitForLeader(t, rest...)
+	nl := testkit.WaitForLeader(t, rest...)
 	st, err := nl.ReadState(true)
 	if err != nil || st.Tree.Get("during") == nil {
 		t.Fatalf("consistent read on the new leader: %v", err)
@@ -132,7 +133,7 @@ func TestWriteOnFollowerDuringElection(t *testing.T) {
 // With no quorum a write fails with TRYAGAIN within the apply timeout.
 func TestWriteWithoutQuorumIsBounded(t *testing.T) {
 	nodes, _ := cluster(t, 3, func(o *Options) { o.ApplyTimeout = 700 * time.Millisecond })
-	leader := WaitForLeader(t, nodes...)
+	leader := testkit.WaitForLeader(t, nodes...)
 	var survivor *Node
 	for _, n := range nodes {
 		if n != leader && survivor == nil {

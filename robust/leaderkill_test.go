@@ -9,8 +9,8 @@ import (
 
 // TestWritesDuringLeaderKill kills the leader with SIGKILL and at once sends
 // a write to a follower: the write must wait for the new leader and answer
-// OK rather than TRYAGAIN (SPEC §5). Three rounds, the old leader restarted
-// in between.
+// OK rather than TRYAGAIN (docs/cluster.md, "Writes"). Three rounds, the
+// old leader restarted in between.
 func TestWritesDuringLeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster; skipped under -short")

@@ -1,3 +1,9 @@
+// Package robust runs robustness tests against a real three-process sluice
+// cluster, in the manner of etcd's tests/robustness and Jepsen: random
+// writes and reads through every node while a nemesis kills, stops and
+// cuts off nodes, a recorded history, and checks over it (porcupine for
+// linearizability, no lost acknowledged write, no bounced write while a
+// quorum was reachable). See README.md; make chaos runs it at length.
 package robust
 
 import (

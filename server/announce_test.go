@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // A client that announces a huge argument and sends nothing more costs
@@ -27,7 +27,7 @@ func TestAnnouncedBulkDoesNotAllocate(t *testing.T) {
 	}
 	admin := resptest.Dial(t, n.Server.RespAddr())
 	var list string
-	raftfsm.WaitFor(t, 10*time.Second, "the announcing clients in CLIENT LIST", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the announcing clients in CLIENT LIST", func() bool {
 		list = admin.Do("CLIENT", "LIST")
 		return strings.Count(list, "id=") >= 21
 	})

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // Every connection's read buffers together stay within
@@ -49,7 +49,7 @@ func TestClientBuffersHaveATotalBound(t *testing.T) {
 	}
 	// Six clients of 0.9 MiB each cannot all fit in 4 MiB: at least two
 	// are refused, whatever order the server reads them in.
-	raftfsm.WaitFor(t, 20*time.Second, "two clients refused", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "two clients refused", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(refused) >= 2
@@ -76,7 +76,7 @@ func TestClientBuffersHaveATotalBound(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	raftfsm.WaitFor(t, 20*time.Second, "the buffers given back", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the buffers given back", func() bool {
 		return scrape(t, n.Server.HTTPAddr())["sluice_client_buffers_bytes"] <= 2*initialBuffer
 	})
 	big := strings.Repeat("y", bulk*9/10)

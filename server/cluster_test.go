@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -42,7 +43,7 @@ func leaderOf(t *testing.T, nodes ...*Node) *Node {
 	for _, n := range nodes {
 		rn = append(rn, n.Raft)
 	}
-	l := raftfsm.WaitForLeader(t, rn...)
+	l := testkit.WaitForLeader(t, rn...)
 	for _, n := range nodes {
 		if n.Raft == l {
 			return n
@@ -71,7 +72,7 @@ func joinCluster(t *testing.T, hook func(*raftfsm.Options)) []*Node {
 		n := startNodeHook(t, func(c *Config) { c.Join = first.Server.RespAddr() }, hook)
 		nodes = append(nodes, n)
 	}
-	raftfsm.WaitFor(t, 15*time.Second, "three members", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "three members", func() bool {
 		for _, n := range nodes {
 			if len(n.Raft.State().Members) != 3 {
 				return false
@@ -94,7 +95,7 @@ func TestClusterForwardsWritesAndReplicates(t *testing.T) {
 		t.Fatalf("bad SET: %s", got)
 	}
 	want := leader.Raft.FSM().Applied()
-	raftfsm.WaitForApplied(t, want, leader.Raft, nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	testkit.WaitForApplied(t, want, leader.Raft, nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
 	v := version(t, nodes[0], "tenant/a")
 	for _, n := range nodes {
 		if got := version(t, n, "tenant/a"); got != v || got == 0 {
@@ -146,7 +147,7 @@ func TestJoinAfterSnapshotsGetsTheWholeTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := startNodeHook(t, func(cfg *Config) { cfg.Join = first.Server.RespAddr() }, hook)
-	raftfsm.WaitForApplied(t, first.Raft.FSM().Applied(), late.Raft)
+	testkit.WaitForApplied(t, first.Raft.FSM().Applied(), late.Raft)
 	got := resptest.Dial(t, late.Server.RespAddr()).Do("RL.BUDGET", "LIST", "t/")
 	if strings.Count(got, `"t/`) != 40 {
 		t.Fatalf("late joiner lists %s", got)
@@ -168,10 +169,10 @@ func TestImportTenThousandNodesIsOneEntry(t *testing.T) {
 	}
 	b.WriteString("}}")
 	c := resptest.Dial(t, n.Server.RespAddr())
-	raftfsm.WaitFor(t, 5*time.Second, "self registration", func() bool { return len(n.Raft.State().Members) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "self registration", func() bool { return len(n.Raft.State().Members) == 1 })
 	// The member record is visible a moment before its index counts as
 	// applied: wait until everything committed is applied.
-	raftfsm.WaitFor(t, 5*time.Second, "the registration applied", n.Raft.Ready)
+	testkit.WaitFor(t, 5*time.Second, "the registration applied", n.Raft.Ready)
 	before := n.Raft.FSM().Applied()
 	start := time.Now()
 	if got := c.Do("RL.BUDGET", "IMPORT", b.String(), "REPLACE"); got != "+OK" {
@@ -211,7 +212,7 @@ func TestImportTenThousandNodesIsOneEntry(t *testing.T) {
 func TestReadyAfterJoinsWithoutWrites(t *testing.T) {
 	nodes := joinCluster(t, nil)
 	// No budget write since the joins: readiness must not wait for one.
-	raftfsm.WaitFor(t, 10*time.Second, "every node ready", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every node ready", func() bool {
 		for _, n := range nodes {
 			if !n.Raft.Ready() {
 				return false
@@ -229,7 +230,7 @@ func TestPeersAuthenticateWithPeerPassword(t *testing.T) {
 	}
 	first := startNodeHook(t, cfg(""), nil)
 	second := startNodeHook(t, cfg(first.Server.RespAddr()), nil)
-	raftfsm.WaitFor(t, 15*time.Second, "the join", func() bool { return len(second.Raft.State().Members) == 2 })
+	testkit.WaitFor(t, 15*time.Second, "the join", func() bool { return len(second.Raft.State().Members) == 2 })
 	follower := second
 	if second.Raft.IsLeader() {
 		follower = first
@@ -252,7 +253,7 @@ func TestPeersAuthenticateWithPeerPassword(t *testing.T) {
 // 18 (30 with every node limiting alone).
 func TestConsumptionSyncBoundsTheCluster(t *testing.T) {
 	nodes := joinCluster(t, nil)
-	raftfsm.WaitFor(t, 10*time.Second, "every node hearing its peers", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every node hearing its peers", func() bool {
 		for _, n := range nodes {
 			if lag := n.Server.env.SyncLag(); lag < 0 || lag > int64(time.Second) {
 				return false
@@ -262,7 +263,7 @@ func TestConsumptionSyncBoundsTheCluster(t *testing.T) {
 	})
 	leader := leaderOf(t, nodes...)
 	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "spread", "RATE", "10", "PER", "minute")
-	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
 	var conns []*resptest.Client
 	for _, n := range nodes {
 		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))

@@ -16,7 +16,8 @@ import (
 
 // Config is every setting of a sluice node. Load fills it from defaults, a
 // --config file, SLUICE_* environment variables and flags, in increasing
-// order of precedence; Validate checks it as a whole.
+// order of precedence; Validate checks it as a whole, and WithDefaults
+// fills in the settings derived from others.
 type Config struct {
 	RespAddr       string
 	HTTPAddr       string
@@ -282,8 +283,30 @@ func readConfigFile(path string) ([][2]string, error) {
 	return out, sc.Err()
 }
 
-// Validate checks the settings as a whole and fills derived defaults. Its
-// errors name the setting at fault and what it accepts.
+// WithDefaults returns the settings with those derived from others filled
+// in, as the node runs them: --advertise defaults to --resp-addr (with
+// 127.0.0.1 for an address that listens on all interfaces), --node-id to
+// --raft-addr (unless its port is 0: the node then takes the address it
+// binds). It does not check anything; Validate does.
+func (c *Config) WithDefaults() Config {
+	d := *c
+	if d.Advertise == "" {
+		d.Advertise = d.RespAddr
+		if host, port, err := net.SplitHostPort(d.RespAddr); err == nil {
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				d.Advertise = net.JoinHostPort("127.0.0.1", port)
+			}
+		}
+	}
+	if d.NodeID == "" && !strings.HasSuffix(d.RaftAddr, ":0") {
+		d.NodeID = d.RaftAddr
+	}
+	return d
+}
+
+// Validate checks the settings as a whole, as the node will run them (with
+// the defaults of WithDefaults); it does not change c. Its errors name the
+// setting at fault and what it accepts.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -315,13 +338,10 @@ func (c *Config) Validate() error {
 	hostPort("grpc-addr", c.GRPCAddr, true, true)
 	hostPort("raft-addr", c.RaftAddr, false, false)
 	if c.Advertise == "" {
-		c.Advertise = c.RespAddr
-		if host, port, err := net.SplitHostPort(c.RespAddr); err == nil {
-			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-				if c.BootstrapPeers != "" || c.Join != "" {
-					bad("advertise", "is required when --resp-addr listens on all interfaces (%q) in a cluster", c.RespAddr)
-				}
-				c.Advertise = net.JoinHostPort("127.0.0.1", port)
+		// The default, 127.0.0.1, reaches no other node.
+		if host, _, err := net.SplitHostPort(c.RespAddr); err == nil {
+			if ip := net.ParseIP(host); (host == "" || (ip != nil && ip.IsUnspecified())) && (c.BootstrapPeers != "" || c.Join != "") {
+				bad("advertise", "is required when --resp-addr listens on all interfaces (%q) in a cluster", c.RespAddr)
 			}
 		}
 	} else {
@@ -333,10 +353,7 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		bad("data-dir", "must not be empty")
 	}
-	if c.NodeID == "" && !strings.HasSuffix(c.RaftAddr, ":0") {
-		c.NodeID = c.RaftAddr // with port 0 the node takes its bound address
-	}
-	if strings.ContainsAny(c.NodeID, " ,=\r\n") {
+	if strings.ContainsAny(c.WithDefaults().NodeID, " ,=\r\n") {
 		bad("node-id", "must not contain spaces, commas or '='")
 	}
 	if c.BootstrapPeers != "" && c.Join != "" {

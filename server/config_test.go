@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +103,43 @@ func TestIsPlaceholder(t *testing.T) {
 		if IsPlaceholder(pw) {
 			t.Errorf("%q is taken for a placeholder", pw)
 		}
+	}
+}
+
+// Validate only checks; WithDefaults fills in the settings derived from
+// others, and Validate judges the settings as they will be run.
+func TestValidateChecksAndWithDefaultsDerives(t *testing.T) {
+	for _, c := range []struct {
+		args          []string
+		advertise, id string
+	}{
+		{[]string{"--resp-addr", "10.0.0.5:6380", "--raft-addr", "10.0.0.5:7380"}, "10.0.0.5:6380", "10.0.0.5:7380"},
+		{[]string{"--resp-addr", "0.0.0.0:6380", "--raft-addr", "10.0.0.5:7380"}, "127.0.0.1:6380", "10.0.0.5:7380"},
+		{[]string{"--resp-addr", ":6380", "--raft-addr", "127.0.0.1:0"}, "127.0.0.1:6380", ""},
+		{[]string{"--advertise", "a.example:6380", "--node-id", "a", "--raft-addr", "10.0.0.5:7380"}, "a.example:6380", "a"},
+	} {
+		cfg, err := Load(append(c.args, "--data-dir", t.TempDir()), func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := cfg
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if !reflect.DeepEqual(cfg, before) {
+			t.Errorf("%v: Validate changed the settings:\n%+v\n%+v", c.args, before, cfg)
+		}
+		d := cfg.WithDefaults()
+		if d.Advertise != c.advertise || d.NodeID != c.id {
+			t.Errorf("%v: advertise %q node-id %q, want %q %q", c.args, d.Advertise, d.NodeID, c.advertise, c.id)
+		}
+		if !reflect.DeepEqual(cfg, before) {
+			t.Errorf("%v: WithDefaults changed its receiver", c.args)
+		}
+	}
+	// A node id derived from --raft-addr is checked like a given one.
+	cfg, _ := Load([]string{"--raft-addr", "a=b:7380", "--data-dir", t.TempDir()}, func(string) string { return "" }, io.Discard)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--node-id: must not contain") {
+		t.Errorf("a derived node id with '=': %v", err)
 	}
 }

@@ -31,7 +31,7 @@ func FuzzConnectionLoop(f *testing.F) {
 	if err := os.WriteFile(acl, []byte("user gw limiter "+hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	n := StartTestNode(f, TestNode{Config: func(c *Config) {
+	n := startTestNode(f, testNode{Config: func(c *Config) {
 		c.ACLFile = acl
 		c.MaxBulkLen = 1 << 20
 		c.MaxClientBuffers = 8 << 20

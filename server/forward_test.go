@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -29,7 +30,7 @@ func TestForwardedEntriesStayIntact(t *testing.T) {
 			first = follower.Raft.FSM().Applied()
 		}
 	}
-	raftfsm.WaitFor(t, 10*time.Second, "the writes on the leader", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the writes on the leader", func() bool {
 		return leader.Raft.FSM().Applied() >= first+writes-1
 	})
 	want := 1

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // A client that pipelines held calls and closes: the hold ends at once,
@@ -32,11 +32,11 @@ func TestHeldCallEndsWhenItsClientLeaves(t *testing.T) {
 	if _, err := b.Write([]byte(pipe.String())); err != nil {
 		t.Fatal(err)
 	}
-	raftfsm.WaitFor(t, 10*time.Second, "the call to be held", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the call to be held", func() bool {
 		return scrape(t, n.Server.HTTPAddr())["sluice_waiting_clients"] == 1
 	})
 	b.Close()
-	raftfsm.WaitFor(t, 10*time.Second, "the hold to end", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the hold to end", func() bool {
 		return scrape(t, n.Server.HTTPAddr())["sluice_waiting_clients"] == 0
 	})
 	// Refunded: the next token is due about a minute after the first call,

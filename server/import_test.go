@@ -11,7 +11,7 @@ import (
 // An IMPORT above the documented bound is refused with an error naming it,
 // and changes nothing.
 func TestOversizedImportIsRefused(t *testing.T) {
-	n := StartTestNode(t, TestNode{Config: func(c *Config) { c.MaxBulkLen = 64 << 20 }})
+	n := startTestNode(t, testNode{Config: func(c *Config) { c.MaxBulkLen = 64 << 20 }})
 	c := resptest.Dial(t, n.Server.RespAddr())
 	var b strings.Builder
 	b.WriteString(`{"budgets":{`)

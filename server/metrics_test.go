@@ -97,7 +97,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 
 func TestReadyzWaitsForALeader(t *testing.T) {
 	// Joining nobody: this node never learns a leader.
-	n := StartTestNode(t, TestNode{Config: func(c *Config) { c.Join = "127.0.0.1:1" },
+	n := startTestNode(t, testNode{Config: func(c *Config) { c.Join = "127.0.0.1:1" },
 		Raft: func(o *raftfsm.Options) { o.ApplyTimeout = time.Second }})
 	status := func(n *Node, path string) int {
 		resp, err := http.Get("http://" + n.Server.HTTPAddr() + path)

@@ -9,14 +9,14 @@ import (
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // committedQuota waits until n's replica holds used tokens in key's
 // counter.
 func committedQuota(t *testing.T, n *Node, key string, used int64) {
 	t.Helper()
-	raftfsm.WaitFor(t, 10*time.Second, fmt.Sprintf("%s to commit %d of %s", n.Raft.ID(), used, key), func() bool {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%s to commit %d of %s", n.Raft.ID(), used, key), func() bool {
 		it, ok := n.Raft.FSM().Quota(key)
 		return ok && it.Used == used
 	})
@@ -40,7 +40,7 @@ func TestInlineQuotaCountsCalendarPeriods(t *testing.T) {
 	// The counts reach the replicated state once, and the node then counts
 	// them from there: still 3 used, not 6.
 	committedQuota(t, n, "i|k", 3)
-	raftfsm.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
 		return n.Server.env.Store.QuotaCount([]byte("i|k"), t0) == 0
 	})
 	script(t, c, []exchange{
@@ -120,9 +120,9 @@ func freeAddr(t *testing.T) string {
 
 func TestQuotaCountsSurviveARestart(t *testing.T) {
 	dir, raftAddr := t.TempDir(), freeAddr(t)
-	clk := NewTestClock(t0)
+	clk := testkit.NewClock(t0)
 	conf := func(c *Config) { c.DataDir, c.RaftAddr, c.NodeID = dir, raftAddr, "q1" }
-	n := StartTestNode(t, TestNode{Config: conf, Clock: clk})
+	n := startTestNode(t, testNode{Config: conf, Clock: clk})
 	c := resptest.Dial(t, n.Server.RespAddr())
 	if got := c.Do("RL.BUDGET", "SET", "org", "QUOTA", "3", "PER", "year"); got != "+OK" {
 		t.Fatal(got)
@@ -133,7 +133,7 @@ func TestQuotaCountsSurviveARestart(t *testing.T) {
 	committedQuota(t, n, "b|org", 3)
 	n.Close()
 
-	back := StartTestNode(t, TestNode{Config: conf, Clock: clk})
+	back := startTestNode(t, testNode{Config: conf, Clock: clk})
 	committedQuota(t, back, "b|org", 3)
 	c = resptest.Dial(t, back.Server.RespAddr())
 	if got := c.Do("RL.ACQUIRE", "org"); !strings.HasPrefix(got, `[0 0 3 `) || !strings.HasSuffix(got, ` "quota:org"]`) {
@@ -145,7 +145,7 @@ func TestQuotaIsClusterWide(t *testing.T) {
 	nodes := joinCluster(t, nil)
 	leader := leaderOf(t, nodes...)
 	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "shared", "RATE", "1000", "QUOTA", "6", "PER", "year")
-	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
 	var conns []*resptest.Client
 	for _, n := range nodes {
 		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
@@ -188,7 +188,7 @@ func TestQuotaIsClusterWide(t *testing.T) {
 		t.Fatalf("reset: %s", got)
 	}
 	for _, n := range survivors {
-		raftfsm.WaitFor(t, 10*time.Second, "the reset to apply", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the reset to apply", func() bool {
 			_, ok := n.Raft.FSM().Quota("b|shared")
 			return !ok
 		})
@@ -202,7 +202,7 @@ func TestQuotaBoundAcrossNodes(t *testing.T) {
 	nodes := joinCluster(t, nil)
 	leader := leaderOf(t, nodes...)
 	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "spreadq", "RATE", "1000", "QUOTA", "10", "PER", "year")
-	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
 	var conns []*resptest.Client
 	for _, n := range nodes {
 		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
@@ -240,7 +240,7 @@ func TestQuotaKeysNeedNotBeText(t *testing.T) {
 			}
 		}
 		committedQuota(t, n, "i|"+key, 3)
-		raftfsm.WaitFor(t, 5*time.Second, "the count to settle", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the count to settle", func() bool {
 			return n.Server.env.Store.QuotaCount([]byte("i|"+key), t0) == 0
 		})
 		if got := c.Do("RL.ACQUIRE", key, "QUOTA", "3", "PER", "day"); !strings.HasPrefix(got, "[0 0 3 ") {
@@ -269,7 +269,7 @@ func TestMaxQuotaCounters(t *testing.T) {
 		{cmd("RL.PEEK", "c", "QUOTA", "5", "PER", "day"), `[1 4 5 0 86400000 "quota:c"]`},
 		{cmd("RL.QUOTA", "RESET", "b"), "1"},
 	})
-	raftfsm.WaitFor(t, 5*time.Second, "room for a counter", func() bool { return n.Raft.FSM().QuotaCounters() < 2 })
+	testkit.WaitFor(t, 5*time.Second, "room for a counter", func() bool { return n.Raft.FSM().QuotaCounters() < 2 })
 	if got := c.Do("RL.ACQUIRE", "c", "QUOTA", "5", "PER", "day"); !strings.HasPrefix(got, "[1 4 5 ") {
 		t.Fatalf("after a reset: %s", got)
 	}
@@ -285,10 +285,10 @@ func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
 			t.Fatalf("call %d: %q", i, got)
 		}
 	}
-	raftfsm.WaitFor(t, 20*time.Second, "every counter committed", func() bool { return n.Raft.FSM().QuotaCounters() == keys })
+	testkit.WaitFor(t, 20*time.Second, "every counter committed", func() bool { return n.Raft.FSM().QuotaCounters() == keys })
 	// A batch's counts are visible a moment before the syncer counts it.
 	var got float64
-	raftfsm.WaitFor(t, 10*time.Second, "three batches counted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "three batches counted", func() bool {
 		got = scrape(t, n.Server.HTTPAddr())["sluice_quota_batches_committed_total"]
 		return got >= 3
 	})

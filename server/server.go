@@ -1,7 +1,13 @@
-// Package server runs a sluice node's listeners — RESP (sessions, auth,
-// protected mode, protocol limits, pipelines) and HTTP for /metrics,
-// /healthz and /readyz — and wires the command registry to the engine and
-// the Raft node.
+// Package server runs a sluice node: its settings (config.go), the
+// listeners — RESP (sessions, auth and ACL users, protected mode, TLS,
+// protocol limits, pipelines), HTTP for /metrics, /healthz, /readyz and
+// the HTTP API (package httpapi), and gRPC for Envoy's rate limit service
+// (grpc.go, package envoyrls) — and the wiring of the command registry,
+// the limiter service, the engine and the Raft node (node.go). It also runs the node's exchanges with its
+// peers: writes forwarded to the leader (remote.go), consumption sent to
+// every peer each --sync-interval (sync.go), token leases between nodes
+// (lease.go), and quota's syncer, which commits the calendar quota counts
+// through Raft (quota.go).
 //
 // RESP is read by sluice's own zero-copy parser (resp.go): redcon's server
 // copies every command and allocates its argument slice, which cost more

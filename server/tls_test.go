@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 // testPKI writes a CA and a node certificate for 127.0.0.1 signed by it,
@@ -89,7 +89,7 @@ func TestTLSClientsAndClusterTraffic(t *testing.T) {
 	second := startNodeHook(t, withTLS(first.Server.RespAddr()), nil)
 	third := startNodeHook(t, withTLS(first.Server.RespAddr()), nil)
 	nodes := []*Node{first, second, third}
-	raftfsm.WaitFor(t, 15*time.Second, "three TLS members", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "three TLS members", func() bool {
 		return len(first.Raft.State().Members) == 3 && len(second.Raft.State().Members) == 3 && len(third.Raft.State().Members) == 3
 	})
 	leader := leaderOf(t, nodes...)
@@ -109,7 +109,7 @@ func TestTLSClientsAndClusterTraffic(t *testing.T) {
 	if got, _ := resptest.Parse(fr); got != "+OK" {
 		t.Fatalf("forwarded write over TLS: %s", got)
 	}
-	raftfsm.WaitForApplied(t, leader.Raft.FSM().Applied(), first.Raft, second.Raft, third.Raft)
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), first.Raft, second.Raft, third.Raft)
 	for _, n := range nodes {
 		if n.Raft.State().Tree.Get("secure") == nil {
 			t.Fatalf("%s lacks the budget", n.Raft.ID())

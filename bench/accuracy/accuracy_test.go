@@ -121,7 +121,7 @@ func TestAccuracyCI(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(strings.TrimSpace(`
-The bound is SPEC §5's: a client spread over the nodes is held within
--2 % … +1 % of what one node would admit, plus one burst. See docs/accuracy.md.`))
+The bound: a client spread over the nodes is held within -2 % … +1 % of
+what one node would admit, plus one burst. See docs/accuracy.md.`))
 	}
 }

@@ -196,7 +196,7 @@ type verdict struct {
 	why   string // "ok", "over" or "under"
 }
 
-// Bounds of SPEC §5, in percent of the ideal.
+// The bounds of docs/accuracy.md ("The bound"), in percent of the ideal.
 const (
 	overPct  = 1 // admitted − ideal − burst ≤ 1 % of ideal
 	underPct = 2 // admitted − ideal ≥ −2 % of ideal

@@ -1,6 +1,6 @@
 // Command accuracy measures how closely a sluice cluster holds a limit
-// when one client's calls are spread over its nodes (SPEC §5: within −2 %
-// … +1 % of what one node would admit, plus one burst).
+// when one client's calls are spread over its nodes: within −2 % … +1 %
+// of what one node would admit, plus one burst (docs/accuracy.md).
 //
 // It starts real sluice processes on loopback, drives named scenarios of
 // RL.ACQUIRE calls over them in patterns (even, saturating, rotating,

@@ -107,7 +107,7 @@ func scenarioNames() []string {
 // budgetSubject. The system node holds the limit (RATE = --rate) and
 // enforces it on everything below; the partner and the tenant have looser
 // limits of their own, so the effective limit of the tenant is the
-// system's (SPEC §4 rule 2) and a call charges three buckets: the tenant's
+// system's (docs/budgets.md, "Effective limits") and a call charges three buckets: the tenant's
 // own (per subject) and the aggregates of partner and system.
 const (
 	budgetPath    = "system/partner/tenant"

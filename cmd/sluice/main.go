@@ -82,6 +82,7 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 	if err := cfg.CheckSecrets(); err != nil {
 		return invalid(stderr, err)
 	}
+	cfg = cfg.WithDefaults()
 	log := newLogger(cfg, stderr)
 	node, err := server.Open(cfg, log)
 	if err != nil {

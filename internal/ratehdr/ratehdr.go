@@ -1,5 +1,5 @@
-// Package ratehdr writes the rate-limit headers of a limiting reply (SPEC
-// §10), for every front that carries them: package httplimit's
+// Package ratehdr writes the rate-limit headers of a limiting reply
+// (docs/clients.md, "Headers"), for every front that carries them: package httplimit's
 // middleware, the HTTP API and Envoy's response_headers_to_add. It depends
 // on nothing of sluice, so that each of those can use it.
 package ratehdr
