@@ -1,5 +1,5 @@
 // Package budget owns the hierarchical budget configuration: the node
-// config object of SPEC §4 (JSON and keyword forms, validation), the tree
+// config object of docs/budgets.md (JSON and keyword forms, validation), the tree
 // built from those configs (effective limits, allocation checks) and, for
 // every path a call can address, the plan of buckets one RL.ACQUIRE charges.
 //

@@ -26,7 +26,7 @@ type Node struct {
 	Parent *Node
 
 	own *engine.Limit // the node's own limit, or nil
-	eff *engine.Limit // effective limit (SPEC §4 rule 2), or nil
+	eff *engine.Limit // effective limit (docs/budgets.md, "Effective limits"), or nil
 	agg *engine.Limit // aggregate bucket's limit, or nil
 
 	label    string // metrics label: the first path segment
@@ -58,8 +58,8 @@ type Level struct {
 	Node  *Node // the config that governs this level
 	Own   bool
 
-	// Quota, if set, is a calendar quota counted at this level (SPEC §4
-	// rule 4) under QuotaKey, reported as QuotaName; both nil when they
+	// Quota, if set, is a calendar quota counted at this level ("Calendar quotas" in
+	// docs/budgets.md) under QuotaKey, reported as QuotaName; both nil when they
 	// depend on the call, like Key. QuotaOnly marks a level that has a
 	// quota and no bucket.
 	Quota     *Quota
@@ -356,7 +356,7 @@ func (t *Tree) overAllocated(n *Node) bool {
 	return n.Config.Mode == Allocated && t.allocated(n).Cmp(new(big.Rat).SetInt64(n.Config.Total)) > 0
 }
 
-// checkAllocation applies SPEC §4 rule 5 to an allocated node: the sum of
+// checkAllocation applies the allocation check (docs/budgets.md) to an allocated node: the sum of
 // its children's rates against total × overcommit. Only a node in over
 // can fail it or warn.
 func (t *Tree) checkAllocation(n *Node) (warn string, err error) {

@@ -207,7 +207,7 @@ func (ctx *Ctx) checkKey(k []byte) bool {
 	return true
 }
 
-// writeResult writes the six-element reply of SPEC §3.
+// writeResult writes the six-element reply (docs/commands.md, "Reply").
 func writeResult(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
 	c := ctx.Conn
 	c.WriteArray(6)

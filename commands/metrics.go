@@ -5,7 +5,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Metrics are the Prometheus figures of SPEC §9 that the command path moves.
+// Metrics are the Prometheus figures (docs/operations.md, "Metrics") that the command path moves.
 // Every child a request touches is resolved ahead of time, so counting costs
 // an atomic add and no allocation.
 type Metrics struct {
