@@ -56,8 +56,8 @@ func TestAnnouncedBulksCostWhatArrives(t *testing.T) {
 		}
 	}
 	waitFor(t, "every connection accepted", func() bool { return s.metric("sluice_connected_clients") >= n+1 })
-	at := w.pings
-	waitFor(t, "100 more bystander PINGs", func() bool { return w.pings >= at+100 || w.err != nil })
+	at := w.pings.Load()
+	waitFor(t, "100 more bystander PINGs", func() bool { return w.pings.Load() >= at+100 || w.failed.Load() })
 	if b := s.metric("sluice_client_buffers_bytes"); b > 2*(n+1)*16384 {
 		t.Errorf("read buffers of %.0f bytes for %d announcing connections", b, n)
 	}

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,9 +162,11 @@ type watch struct {
 	done    chan struct{}
 	maxRSS  int64
 	maxPing time.Duration
-	pings   int
 	rtts    []time.Duration
-	err     error
+	err     error // read once done is closed, or after failed
+	// pings and failed are read while the watch runs.
+	pings  atomic.Int64
+	failed atomic.Bool
 }
 
 // p99 returns the 99th percentile of the bystander's round trips.
@@ -201,12 +204,13 @@ func (s *server) watch(password string) *watch {
 			}
 			if err != nil {
 				w.err = err
+				w.failed.Store(true)
 				return
 			}
 			rtt := time.Since(start)
 			w.maxPing = max(w.maxPing, rtt)
 			w.rtts = append(w.rtts, rtt)
-			w.pings++
+			w.pings.Add(1)
 		}
 	}()
 	return w
@@ -215,13 +219,13 @@ func (s *server) watch(password string) *watch {
 // stop ends the watch and fails the test if the bystander was not served.
 func (w *watch) stop(t *testing.T) {
 	t.Helper()
-	waitFor(t, "a bystander PING", func() bool { return w.pings > 0 || w.err != nil })
+	waitFor(t, "a bystander PING", func() bool { return w.pings.Load() > 0 || w.failed.Load() })
 	close(w.stopc)
 	<-w.done
 	if w.err != nil {
 		t.Fatalf("the bystander: %v", w.err)
 	}
-	if w.pings == 0 {
+	if w.pings.Load() == 0 {
 		t.Fatal("the bystander sent no PING")
 	}
 }
@@ -233,7 +237,7 @@ func (w *watch) check(t *testing.T, what string, maxRSS int64, p99, maxPing time
 	t.Helper()
 	w.stop(t)
 	t.Logf("%s: server RSS at most %.1f MB; bystander PING p99 %v, at most %v (%d PINGs)", what, float64(w.maxRSS)/1e6,
-		w.p99().Round(100*time.Microsecond), w.maxPing.Round(100*time.Microsecond), w.pings)
+		w.p99().Round(100*time.Microsecond), w.maxPing.Round(100*time.Microsecond), w.pings.Load())
 	if w.maxRSS > maxRSS {
 		t.Errorf("%s: server RSS reached %.1f MB, bound %.1f MB", what, float64(w.maxRSS)/1e6, float64(maxRSS)/1e6)
 	}
