@@ -111,6 +111,9 @@ type level struct {
 func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 	sh := &s.shards[lv.h.shard]
 	var st state
+	// A level may be decided again after its shard was let go (lockShard):
+	// what an earlier look found may be gone since.
+	lv.idx, lv.exists = 0, false
 	if ei, ok := sh.find(lv.h, r.Key); ok {
 		e := sh.entry(ei)
 		lv.idx, lv.exists, st = ei, true, e.st

@@ -188,3 +188,53 @@ func TestAcquireAllDecidesAgainAfterRelocking(t *testing.T) {
 		t.Errorf("narrow level has %d left, want 0", got)
 	}
 }
+
+// A bucket found before the call let its shard go may be gone when it
+// takes the shard again (swept, reset), and another bucket moved into its
+// slot: the call must decide on what is there now, not write through the
+// slot it saw first.
+func TestAcquireAllForgetsWhatItFoundBeforeRelocking(t *testing.T) {
+	s := New(Options{Shards: 64})
+	wide := mustLimit(t, TokenBucket, 1, time.Hour, 100)
+	narrow := mustLimit(t, TokenBucket, 1, time.Hour, 5)
+	var wk, nk, other []byte
+	for i := 0; wk == nil || nk == nil || other == nil; i++ {
+		k := fmt.Appendf(nil, "k%d", i)
+		switch sh := s.hash(SpaceInline, k).shard; {
+		case sh == 3 && wk == nil:
+			wk = k
+		case sh == 40 && nk == nil:
+			nk = k
+		case sh == 40 && other == nil:
+			other = k
+		}
+	}
+	// nk first, then other: removing nk moves other into its slot.
+	for _, k := range [][]byte{nk, other} {
+		if r := s.Acquire(t0, Request{Key: k, Limit: narrow, Cost: 1}, 0, false); !r.Allowed {
+			t.Fatal(r)
+		}
+	}
+	reqs := []Request{{Key: wk, Limit: wide, Cost: 1}, {Key: nk, Limit: narrow, Cost: 1}}
+	waiting := make(chan struct{})
+	relockHook = func() { close(waiting) }
+	defer func() { relockHook = nil }()
+
+	s.shards[3].mu.Lock()
+	done := make(chan Result)
+	go func() { done <- s.AcquireAll(t0, reqs, 0, false) }()
+	<-waiting // the call found nk, let its shard go, and waits for wk's
+	if !s.Reset(SpaceInline, nk) {
+		t.Fatal("nk was not there to reset")
+	}
+	s.shards[3].mu.Unlock()
+	if r := <-done; !r.Allowed {
+		t.Fatalf("the call: %+v", r)
+	}
+	if got := left(s, Request{Key: other, Limit: narrow}, t0); got != 4 {
+		t.Errorf("another bucket of the shard has %d left, want 4: the call charged the slot it saw first", got)
+	}
+	if got := left(s, reqs[1], t0); got != 4 {
+		t.Errorf("the narrow level has %d left, want 4 (a fresh bucket, one call)", got)
+	}
+}
