@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/flagx"
 )
 
 // Limits of the flags. maxConns keeps the per-connection latency
@@ -97,23 +98,23 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	fs.Var(&targetList{list: &c.Targets}, "h", "target `host:port`; repeat or separate with commas to spread connections round-robin")
 	fs.StringVar(&c.Password, "a", "", "`password` sent with AUTH on every connection before the run")
 	fs.StringVar(&c.User, "user", "", "`name` for AUTH user password (needs -a)")
-	fs.Var(intFlag[int]{p: &c.Conns, lo: 1, hi: maxConns}, "c", "number of `connections`")
-	fs.Var(intFlag[int]{p: &c.Pipeline, lo: 1, hi: maxPipeline}, "P", "pipeline `depth`: commands written in one batch")
-	fs.Var(intFlag[int64]{p: &c.Requests, lo: 1, hi: maxRequests, given: &raw.nGiven}, "n", "total `requests` (exclusive with -d)")
+	fs.Var(flagx.Int[int]{P: &c.Conns, Lo: 1, Hi: maxConns}, "c", "number of `connections`")
+	fs.Var(flagx.Int[int]{P: &c.Pipeline, Lo: 1, Hi: maxPipeline}, "P", "pipeline `depth`: commands written in one batch")
+	fs.Var(flagx.Int[int64]{P: &c.Requests, Lo: 1, Hi: maxRequests, Given: &raw.nGiven}, "n", "total `requests` (exclusive with -d)")
 	fs.StringVar(&raw.dur, "d", "", "run for a `duration` such as 30s or 5m, or whole seconds (exclusive with -n)")
-	fs.Var(uintFlag{p: &c.KeySpace, lo: 1, hi: maxKeySpace}, "r", "key space `size`: keys key:0 … key:r-1")
+	fs.Var(flagx.Uint{P: &c.KeySpace, Lo: 1, Hi: maxKeySpace}, "r", "key space `size`: keys key:0 … key:r-1")
 	fs.StringVar(&c.Dist, "dist", c.Dist, "key `distribution`: uniform or zipf")
-	fs.Var(floatFlag{p: &c.ZipfS, lo: minZipfS, hi: maxZipfS}, "zipf-s", "Zipf `exponent` s > 1; larger is more skewed")
+	fs.Var(flagx.Float{P: &c.ZipfS, Lo: minZipfS, Hi: maxZipfS}, "zipf-s", "Zipf `exponent` s > 1; larger is more skewed")
 	fs.StringVar(&raw.mix, "mix", raw.mix, "command `mix` kind=weight,…; kinds: "+strings.Join(kindNames(), ", "))
-	fs.Var(intFlag[int64]{p: &c.Rate, lo: 1, hi: maxRateArg}, "rate", "`tokens` per window of acquire, throttle and evalsha")
-	fs.Var(intFlag[int64]{p: &c.Burst, lo: 1, hi: maxRateArg}, "burst", "burst `capacity` of acquire and evalsha, max_burst of throttle")
+	fs.Var(flagx.Int[int64]{P: &c.Rate, Lo: 1, Hi: maxRateArg}, "rate", "`tokens` per window of acquire, throttle and evalsha")
+	fs.Var(flagx.Int[int64]{P: &c.Burst, Lo: 1, Hi: maxRateArg}, "burst", "burst `capacity` of acquire and evalsha, max_burst of throttle")
 	fs.StringVar(&raw.per, "per", "", "`window` of acquire (PER) and throttle's period: second, minute, hour, day, week or a duration (default second)")
 	fs.StringVar(&c.Algo, "algo", "", "`algorithm` of acquire (ALGO): "+strings.Join(algoNames, ", ")+" (default: the server's)")
-	fs.Var(intFlag[int]{p: &c.Partners, lo: 1, hi: maxTreeNodes}, "tree-partners", "budget tree: `partners` under system")
-	fs.Var(intFlag[int]{p: &c.Tenants, lo: 1, hi: maxTreeNodes}, "tree-tenants", "budget tree: `tenants` under each partner")
+	fs.Var(flagx.Int[int]{P: &c.Partners, Lo: 1, Hi: maxTreeNodes}, "tree-partners", "budget tree: `partners` under system")
+	fs.Var(flagx.Int[int]{P: &c.Tenants, Lo: 1, Hi: maxTreeNodes}, "tree-tenants", "budget tree: `tenants` under each partner")
 	fs.StringVar(&c.EvalSHA, "evalsha", "", "`sha1` of a loaded script for the evalsha kind: EVALSHA sha 1 key rate burst")
-	fs.Var(intFlag[int64]{p: &c.Seed, lo: math.MinInt64, hi: math.MaxInt64}, "seed", "`seed` of the key and mix generators; each connection derives its own")
-	fs.Var(intFlag[int64]{p: &c.RateLimit, lo: 0, hi: maxRequests}, "rate-limit", "open loop: send `N` requests/s over all connections; 0 runs as fast as the server answers")
+	fs.Var(flagx.Int[int64]{P: &c.Seed, Lo: math.MinInt64, Hi: math.MaxInt64}, "seed", "`seed` of the key and mix generators; each connection derives its own")
+	fs.Var(flagx.Int[int64]{P: &c.RateLimit, Lo: 0, Hi: maxRequests}, "rate-limit", "open loop: send `N` requests/s over all connections; 0 runs as fast as the server answers")
 	fs.StringVar(&raw.timeout, "timeout", raw.timeout, "`duration` allowed to connect and for any reply to arrive")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.GRPC, "grpc", false, "drive Envoy's rate limit service (ShouldRateLimit over gRPC) at -h, sluice's --grpc-addr: one descriptor (key, key:N) per request with a limit override of --rate per --per; -P calls in flight per connection; mix acquire only")
@@ -255,76 +256,5 @@ func (t *targetList) Set(v string) error {
 		}
 		*t.list = append(*t.list, a)
 	}
-	return nil
-}
-
-// intFlag is an integer flag with an inclusive range; its error names the
-// range (the flag package adds the flag's name).
-type intFlag[T int | int64] struct {
-	p      *T
-	lo, hi int64
-	given  *bool // set when the flag appears, if not nil
-}
-
-func (f intFlag[T]) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.FormatInt(int64(*f.p), 10)
-}
-
-func (f intFlag[T]) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < f.lo || n > f.hi {
-		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
-	}
-	*f.p = T(n)
-	if f.given != nil {
-		*f.given = true
-	}
-	return nil
-}
-
-// uintFlag is an unsigned integer flag with an inclusive range.
-type uintFlag struct {
-	p      *uint64
-	lo, hi uint64
-}
-
-func (f uintFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.FormatUint(*f.p, 10)
-}
-
-func (f uintFlag) Set(s string) error {
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n < f.lo || n > f.hi {
-		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
-	}
-	*f.p = n
-	return nil
-}
-
-// floatFlag is a number flag in (lo, hi].
-type floatFlag struct {
-	p      *float64
-	lo, hi float64
-}
-
-func (f floatFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.FormatFloat(*f.p, 'g', -1, 64)
-}
-
-func (f floatFlag) Set(s string) error {
-	n, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(n > f.lo) || n > f.hi {
-		return fmt.Errorf("must be a number greater than %g and at most %g", f.lo, f.hi)
-	}
-	*f.p = n
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/flagx"
 )
 
 // Ranges of the flags.
@@ -70,12 +72,12 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	*c = Config{Nodes: 3, Conns: 4, Rate: 1000}
 	*raw = rawFlags{dur: "30s", syncs: "100ms", scenarios: "all"}
 	fs.StringVar(&c.Binary, "binary", "", "sluice `path` to run; empty builds ./cmd/sluice first")
-	fs.Var(intFlag{p: &c.Nodes, lo: 1, hi: maxNodes}, "nodes", "`number` of nodes in the cluster")
-	fs.Var(intFlag{p: &c.Conns, lo: 1, hi: maxConns}, "conns", "`connections` per node")
+	fs.Var(flagx.Int[int]{P: &c.Nodes, Lo: 1, Hi: maxNodes}, "nodes", "`number` of nodes in the cluster")
+	fs.Var(flagx.Int[int]{P: &c.Conns, Lo: 1, Hi: maxConns}, "conns", "`connections` per node")
 	fs.StringVar(&raw.dur, "d", raw.dur, "each scenario's `duration`, such as 10s, or whole seconds")
 	fs.StringVar(&raw.syncs, "sync-interval", raw.syncs, "the nodes' --sync-interval: one `list` of durations, comma-separated; the nodes are started afresh for each")
 	fs.StringVar(&raw.scenarios, "scenarios", raw.scenarios, "comma-separated scenario `names`, or all (see --list)")
-	fs.Var(int64Flag{p: &c.Rate, lo: 1, hi: maxRate}, "rate", "the `limit` per second of the rate scenarios (and the budget's system node)")
+	fs.Var(flagx.Int[int64]{P: &c.Rate, Lo: 1, Hi: maxRate}, "rate", "the `limit` per second of the rate scenarios (and the budget's system node)")
 	fs.BoolVar(&c.ReportOnly, "report-only", false, "report only: exit 0 even when a scenario is out of bounds")
 	fs.BoolVar(&c.Markdown, "markdown", false, "print the table as Markdown")
 	fs.StringVar(&c.LogDir, "log-dir", "", "keep the nodes' data directories and logs under `dir` (default: a temporary directory, removed at the end)")
@@ -184,49 +186,4 @@ func writeList(w io.Writer) {
 	for i := range scenarios {
 		fmt.Fprintf(w, "%-20s %s\n", scenarios[i].name, scenarios[i].about)
 	}
-}
-
-// intFlag is an int flag with an inclusive range; its error names the
-// range (the flag package adds the flag's name).
-type intFlag struct {
-	p      *int
-	lo, hi int
-}
-
-func (f intFlag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.Itoa(*f.p)
-}
-
-func (f intFlag) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < f.lo || n > f.hi {
-		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
-	}
-	*f.p = n
-	return nil
-}
-
-// int64Flag is an int64 flag with an inclusive range.
-type int64Flag struct {
-	p      *int64
-	lo, hi int64
-}
-
-func (f int64Flag) String() string {
-	if f.p == nil {
-		return ""
-	}
-	return strconv.FormatInt(*f.p, 10)
-}
-
-func (f int64Flag) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < f.lo || n > f.hi {
-		return fmt.Errorf("must be an integer between %d and %d", f.lo, f.hi)
-	}
-	*f.p = n
-	return nil
 }

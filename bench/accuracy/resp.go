@@ -9,22 +9,12 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/respclient"
 )
 
 // appendCommand appends args as one RESP multibulk command.
-func appendCommand(b []byte, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
-}
+func appendCommand(b []byte, args ...string) []byte { return respclient.AppendCommand(b, args...) }
 
 // value is one RESP2 reply.
 type value struct {

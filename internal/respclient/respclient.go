@@ -175,21 +175,26 @@ func (cl *Client) Close() {
 
 func (c *conn) do(args [][]byte, timeout time.Duration) ([]byte, error) {
 	c.c.SetDeadline(time.Now().Add(timeout))
-	buf := make([]byte, 0, 64)
-	buf = append(buf, '*')
-	buf = strconv.AppendInt(buf, int64(len(args)), 10)
-	buf = append(buf, '\r', '\n')
-	for _, a := range args {
-		buf = append(buf, '$')
-		buf = strconv.AppendInt(buf, int64(len(a)), 10)
-		buf = append(buf, '\r', '\n')
-		buf = append(buf, a...)
-		buf = append(buf, '\r', '\n')
-	}
+	buf := AppendCommand(make([]byte, 0, 64), args...)
 	if _, err := c.c.Write(buf); err != nil {
 		return nil, err
 	}
 	return ReadRaw(c.r, nil)
+}
+
+// AppendCommand appends args as one RESP multibulk command.
+func AppendCommand[S ~string | ~[]byte](b []byte, args ...S) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
 }
 
 // ReadRaw appends one complete RESP2 value read from r to dst.
