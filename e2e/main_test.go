@@ -10,35 +10,19 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/internal/testport"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/sluice")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building sluice:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.MainWithBinary(m, &binary) }
 
 // requireTool returns the path of an external program. If it is missing the
 // test fails when SLUICE_REQUIRE_TOOLS is set (as in CI) and is skipped,

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,27 +26,12 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/internal/testkit"
 )
 
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-hostile")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/sluice")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building sluice:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.MainWithBinary(m, &binary) }
 
 // server is a running sluice process.
 type server struct {

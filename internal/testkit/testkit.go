@@ -1,6 +1,7 @@
 // Package testkit holds the small helpers that tests across the module
-// share: polling for a condition, a settable clock, and waiting for a
-// Raft leader or an applied index.
+// share: polling for a condition, a settable clock, building the binary
+// for the packages that drive it, and waiting for a Raft leader or an
+// applied index.
 //
 // It imports no sluice package, so that raftfsm and server can use it in
 // their own (internal) tests without an import cycle. Only tests import it:
@@ -9,6 +10,9 @@ package testkit
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,4 +103,26 @@ func WaitForApplied[N Replica[A], A Applier](t testing.TB, index uint64, nodes .
 		}
 		return true
 	})
+}
+
+// MainWithBinary is a TestMain for packages that drive the real binary:
+// it builds ./cmd/sluice (the package is one folder below the module's
+// root) into a temporary folder, sets *bin to its path, runs the tests,
+// removes the folder and exits with the tests' status.
+func MainWithBinary(m *testing.M, bin *string) {
+	dir, err := os.MkdirTemp("", "sluice-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", *bin, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building sluice:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
