@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -10,23 +9,10 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/sluice-rl/sluice/internal/testlimiter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/raftfsm"
 )
-
-// cluster is a fixed budget tree, for a service without Raft.
-type cluster struct{ st raftfsm.State }
-
-func (c *cluster) State() *raftfsm.State                  { return &c.st }
-func (c *cluster) ReadState(bool) (*raftfsm.State, error) { return &c.st, nil }
-func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
-	return raftfsm.Response{}, errors.New("read-only")
-}
 
 // t0 is a minute boundary: fixed windows start there.
 var t0 = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano()
@@ -37,8 +23,7 @@ func newServer(t testing.TB, yaml string, now *int64) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &limiter.Service{Store: engine.New(engine.Options{Shards: 8}), Cluster: &cluster{raftfsm.State{Tree: budget.Empty}},
-		Clock: func() int64 { return *now }}
+	svc := testlimiter.New(t, "", 8, func() int64 { return *now })
 	return NewServer(svc, cfg, nil, 1024)
 }
 

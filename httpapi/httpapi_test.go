@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,34 +12,14 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-
-	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/internal/testlimiter"
 )
-
-type cluster struct{ st raftfsm.State }
-
-func (c *cluster) State() *raftfsm.State                  { return &c.st }
-func (c *cluster) ReadState(bool) (*raftfsm.State, error) { return &c.st, nil }
-func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
-	return raftfsm.Response{}, errors.New("read-only")
-}
 
 func newAPI(t *testing.T) *http.ServeMux {
 	t.Helper()
-	cfgs, err := budget.ParseExport([]byte(`{"budgets":{"api":{"sustained":{"rate":2,"window":"minute"},"quota":{"limit":5,"period":"day"}}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := budget.Empty.Import(cfgs, true, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano()
-	svc := &limiter.Service{Store: engine.New(engine.Options{Shards: 8}), Cluster: &cluster{raftfsm.State{Tree: ch.Tree}},
-		Clock: func() int64 { return now }}
+	svc := testlimiter.New(t, `{"budgets":{"api":{"sustained":{"rate":2,"window":"minute"},"quota":{"limit":5,"period":"day"}}}}`, 8,
+		func() int64 { return now })
 	mux := http.NewServeMux()
 	(&API{Service: svc, MaxKeyLen: 1024}).Register(mux)
 	return mux

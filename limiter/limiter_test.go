@@ -1,21 +1,14 @@
-package limiter
+package limiter_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/testlimiter"
+	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
-	"github.com/sluice-rl/sluice/raftfsm"
 )
-
-// cluster is a replica that never changes: a fixed tree.
-type cluster struct{ st raftfsm.State }
-
-func (c *cluster) State() *raftfsm.State                          { return &c.st }
-func (c *cluster) ReadState(bool) (*raftfsm.State, error)         { return &c.st, nil }
-func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) { return raftfsm.Response{}, nil }
 
 // gone is a caller that has already left.
 type gone struct{}
@@ -28,19 +21,10 @@ func (gone) Watch() (<-chan struct{}, func()) {
 
 const t0 = int64(1_790_000_000) * 1e9
 
-func service(t *testing.T, budgets string) (*Service, *int64) {
+func service(t *testing.T, budgets string) (*limiter.Service, *int64) {
 	t.Helper()
-	cfgs, err := budget.ParseExport([]byte(budgets))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := budget.Empty.Import(cfgs, true, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := t0
-	return &Service{Store: engine.New(engine.Options{Shards: 2}), Cluster: &cluster{st: raftfsm.State{Tree: ch.Tree}},
-		Clock: func() int64 { return now }, Shutdown: make(chan struct{})}, &now
+	return testlimiter.New(t, budgets, 2, func() int64 { return now }), &now
 }
 
 // The inline and the budget form run through the same plan: the same
@@ -48,10 +32,10 @@ func service(t *testing.T, budgets string) (*Service, *int64) {
 func TestInlineAndBudgetFormsAgree(t *testing.T) {
 	s, now := service(t, `{"budgets":{"api":{"sustained":{"rate":5,"window":"second"},"burst":{"capacity":5}}}}`)
 	lim, _ := engine.NewLimit(engine.TokenBucket, 5, time.Second, 5)
-	var sc Scratch
+	var sc limiter.Scratch
 	for i := 0; i < 7; i++ {
-		in, err1 := s.Acquire(&Call{Path: []byte("key"), Rate: &lim}, &sc, nil)
-		bu, err2 := s.Acquire(&Call{Path: []byte("api")}, &sc, nil)
+		in, err1 := s.Acquire(&limiter.Call{Path: []byte("key"), Rate: &lim}, &sc, nil)
+		bu, err2 := s.Acquire(&limiter.Call{Path: []byte("api")}, &sc, nil)
 		if err1 != nil || err2 != nil || in.Allowed != bu.Allowed || in.Result.Remaining != bu.Result.Remaining ||
 			in.Result.RetryAfter != bu.Result.RetryAfter {
 			t.Fatalf("call %d: inline %+v %v, budget %+v %v", i, in, err1, bu, err2)
@@ -68,8 +52,8 @@ func TestInlineAndBudgetFormsAgree(t *testing.T) {
 func TestHeldReservationGoesBackWhenTheCallerLeaves(t *testing.T) {
 	s, _ := service(t, `{"budgets":{"q":{"sustained":{"rate":1,"window":"second"},"burst":{"capacity":1}}}}`)
 	lim, _ := engine.NewLimit(engine.TokenBucket, 1, time.Second, 1)
-	var sc Scratch
-	for _, c := range []*Call{{Path: []byte("k"), Rate: &lim}, {Path: []byte("q")}} {
+	var sc limiter.Scratch
+	for _, c := range []*limiter.Call{{Path: []byte("k"), Rate: &lim}, {Path: []byte("q")}} {
 		if out, _ := s.Acquire(c, &sc, nil); out.Allowed != 1 {
 			t.Fatalf("first call: %+v", out)
 		}
@@ -92,26 +76,26 @@ func TestHeldReservationGoesBackWhenTheCallerLeaves(t *testing.T) {
 func TestPeekAndRefundFallBackToTheBucketsLimit(t *testing.T) {
 	s, _ := service(t, `{"budgets":{}}`)
 	lim, _ := engine.NewLimit(engine.TokenBucket, 10, time.Second, 10)
-	var sc Scratch
+	var sc limiter.Scratch
 	for i := 0; i < 4; i++ {
-		s.Acquire(&Call{Path: []byte("k"), Rate: &lim}, &sc, nil)
+		s.Acquire(&limiter.Call{Path: []byte("k"), Rate: &lim}, &sc, nil)
 	}
-	if p, err := s.Peek(&Call{Path: []byte("k")}, &sc); err != nil || p.Result.Remaining != 5 {
+	if p, err := s.Peek(&limiter.Call{Path: []byte("k")}, &sc); err != nil || p.Result.Remaining != 5 {
 		t.Fatalf("peek: %+v %v", p, err)
 	}
-	if r, err := s.Refund(&Call{Path: []byte("k")}, 3, &sc); err != nil || r.Result.Remaining != 9 {
+	if r, err := s.Refund(&limiter.Call{Path: []byte("k")}, 3, &sc); err != nil || r.Result.Remaining != 9 {
 		t.Fatalf("refund: %+v %v", r, err)
 	}
-	if _, err := s.Peek(&Call{Path: []byte("nothing")}, &sc); err == nil || err.Error()[:8] != "NOBUDGET" {
+	if _, err := s.Peek(&limiter.Call{Path: []byte("nothing")}, &sc); err == nil || err.Error()[:8] != "NOBUDGET" {
 		t.Fatalf("a key with no bucket: %v", err)
 	}
 	// An inline quota: the status names the key, counts what was admitted.
 	spec := quota.Spec{N: 3}
 	spec.Period, _ = quota.ParsePeriod("day", "")
 	for i := 0; i < 4; i++ {
-		s.Acquire(&Call{Path: []byte("u"), Quota: &spec}, &sc, nil)
+		s.Acquire(&limiter.Call{Path: []byte("u"), Quota: &spec}, &sc, nil)
 	}
-	st, err := s.Quota(&Call{Path: []byte("u"), Quota: &spec}, &sc)
+	st, err := s.Quota(&limiter.Call{Path: []byte("u"), Quota: &spec}, &sc)
 	if err != nil || string(st.Level) != "u" || st.Used != 3 || st.Remaining() != 0 {
 		t.Fatalf("quota status: %+v %v", st, err)
 	}
