@@ -165,19 +165,12 @@ func TestAcquireAllDecidesAgainAfterRelocking(t *testing.T) {
 		}
 	}
 	reqs := []Request{{Key: wk, Limit: wide, Cost: 1}, {Key: nk, Limit: narrow, Cost: 1}}
-	waiting := make(chan struct{})
-	relockHook = func() { close(waiting) }
-	defer func() { relockHook = nil }()
-
-	s.shards[3].mu.Lock()
-	done := make(chan Result)
-	go func() { done <- s.AcquireAll(t0, reqs, 0, false) }()
-	<-waiting // the call decided on nk, let its shard go, and waits for wk's
-	if r := s.Acquire(t0, Request{Key: nk, Limit: narrow, Cost: 1}, 0, false); !r.Allowed {
-		t.Fatalf("the narrow bucket's token: %+v", r)
-	}
-	s.shards[3].mu.Unlock()
-	r := <-done
+	// The call decided on nk, let its shard go, and waits for wk's.
+	r := acquireAroundRelock(s, 3, reqs, func() {
+		if r := s.Acquire(t0, Request{Key: nk, Limit: narrow, Cost: 1}, 0, false); !r.Allowed {
+			t.Errorf("the narrow bucket's token: %+v", r)
+		}
+	})
 	if r.Allowed || r.Level != 1 {
 		t.Fatalf("the call was decided on the narrow level as it was before it let go: %+v", r)
 	}
@@ -216,19 +209,13 @@ func TestAcquireAllForgetsWhatItFoundBeforeRelocking(t *testing.T) {
 		}
 	}
 	reqs := []Request{{Key: wk, Limit: wide, Cost: 1}, {Key: nk, Limit: narrow, Cost: 1}}
-	waiting := make(chan struct{})
-	relockHook = func() { close(waiting) }
-	defer func() { relockHook = nil }()
-
-	s.shards[3].mu.Lock()
-	done := make(chan Result)
-	go func() { done <- s.AcquireAll(t0, reqs, 0, false) }()
-	<-waiting // the call found nk, let its shard go, and waits for wk's
-	if !s.Reset(SpaceInline, nk) {
-		t.Fatal("nk was not there to reset")
-	}
-	s.shards[3].mu.Unlock()
-	if r := <-done; !r.Allowed {
+	// The call found nk, let its shard go, and waits for wk's.
+	r := acquireAroundRelock(s, 3, reqs, func() {
+		if !s.Reset(SpaceInline, nk) {
+			t.Error("nk was not there to reset")
+		}
+	})
+	if !r.Allowed {
 		t.Fatalf("the call: %+v", r)
 	}
 	if got := left(s, Request{Key: other, Limit: narrow}, t0); got != 4 {
@@ -237,4 +224,20 @@ func TestAcquireAllForgetsWhatItFoundBeforeRelocking(t *testing.T) {
 	if got := left(s, reqs[1], t0); got != 4 {
 		t.Errorf("the narrow level has %d left, want 4 (a fresh bucket, one call)", got)
 	}
+}
+
+// acquireAroundRelock runs AcquireAll of reqs while shard busy is held, so
+// that the call lets its other shards go to wait for it (lockShard); during
+// runs at that moment, then busy is let go and the call's result returned.
+func acquireAroundRelock(s *Store, busy uint32, reqs []Request, during func()) Result {
+	waiting := make(chan struct{})
+	relockHook = func() { close(waiting) }
+	defer func() { relockHook = nil }()
+	s.shards[busy].mu.Lock()
+	done := make(chan Result)
+	go func() { done <- s.AcquireAll(t0, reqs, 0, false) }()
+	<-waiting
+	during()
+	s.shards[busy].mu.Unlock()
+	return <-done
 }
