@@ -256,7 +256,7 @@ func (s *Service) quotaCall(c *Call, spec *quota.Spec) (*budget.Tree, error) {
 		return nil, nil
 	}
 	if s.Quotas != nil {
-		key := quota.InlineKey + string(c.Path)
+		key := string(quota.AppendKey(nil, quota.InlineKey, c.Path))
 		if it, found := s.Quotas.Quota(key); found && it.Limit > 0 {
 			var p quota.Period
 			if p.UnmarshalText([]byte(it.Period)) == nil {
