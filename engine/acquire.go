@@ -131,6 +131,10 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 		} else if lv.out.ok {
 			lv.out.remaining = r.Limit.Burst - r.Cost
 		}
+		if lv.out.ok {
+			// The reset a client is told matches what it is told remains.
+			lv.out.reset = refillTime(r.Limit, r.Limit.Burst-lv.out.remaining)
+		}
 		return
 	}
 	if r.Limit.Algo == Quota {

@@ -165,3 +165,17 @@ func TestExpiredLeaseGoesBack(t *testing.T) {
 		t.Fatalf("owed %d after spending one token of a new credit, want 1", owed)
 	}
 }
+
+// A call admitted from a lease is told a reset that matches the remaining
+// it is told: the time the bucket takes to gain back what is missing.
+func TestLeaseReplyResetMatchesRemaining(t *testing.T) {
+	_, other, key := leasePair(t)
+	lim, _ := NewLimit(TokenBucket, 100, time.Minute, 100)
+	res := other.Acquire(1e12, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false)
+	if !res.Allowed || res.Remaining != 99 {
+		t.Fatalf("first call from a new lease: %+v, want allowed with 99 remaining", res)
+	}
+	if want := int64(600 * time.Millisecond); res.ResetAfter != want {
+		t.Fatalf("reset after %v with 99 of 100 remaining at 100/minute, want %v", time.Duration(res.ResetAfter), time.Duration(want))
+	}
+}

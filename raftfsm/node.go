@@ -494,8 +494,11 @@ func (n *Node) propose(ctx context.Context, b []byte) (Response, error) {
 		select {
 		case <-ctx.Done():
 			var e *Error
+			_, _, known := n.Leader()
 			switch {
-			case errors.Is(last, ErrNoLeader):
+			case errors.Is(last, ErrNoLeader), !known && n.raft.State() != raft.Leader:
+				// An unreachable leader that has since been given up on
+				// (this node's heartbeat timeout) is no leader at all.
 				return Response{}, ErrNoLeader
 			case errors.As(last, &e) && strings.HasPrefix(e.Msg, "leader "):
 				return Response{}, &Error{Code: e.Code, Msg: e.Msg} // the leader stayed unreachable
