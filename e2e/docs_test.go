@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,14 +29,15 @@ type docBlock struct {
 	line  int      // of the opening fence
 	lines []string // the block's content, fence indentation removed
 	// From <!-- doctest: … --> comments right above the fence.
-	skip    string   // why the block does not run; empty when it runs
-	fresh   []string // start new servers first: ["cluster"|"port=N"|flag…]
-	aside   []string // servers for this block alone, as fresh; the file's come back after it
-	kill    []string // cluster nodes (n1…n3) to kill (SIGKILL) first; they stay down
-	restart []string // cluster nodes to stop (if running) and start again on their data
-	setup   []string // shell commands run first, in the file's directory
-	writes  string   // not a console block: its content is written to this file
-	hasDir  bool     // a doctest comment was present
+	skip    string        // why the block does not run; empty when it runs
+	fresh   []string      // start new servers first: ["cluster"|"port=N"|flag…]
+	aside   []string      // servers for this block alone, as fresh; the file's come back after it
+	kill    []string      // cluster nodes (n1…n3) to kill (SIGKILL) first; they stay down
+	restart []string      // cluster nodes to stop (if running) and start again on their data
+	term    time.Duration // SIGTERM to the block's servers this long after its commands start
+	setup   []string      // shell commands run first, in the file's directory
+	writes  string        // not a console block: its content is written to this file
+	hasDir  bool          // a doctest comment was present
 }
 
 var (
@@ -44,6 +46,7 @@ var (
 	promptRE    = regexp.MustCompile(`^(127\.0\.0\.1|localhost):(\d+)(?:\(TX\))?> (.*)$`)
 	// A reply line's own annotation: two or more spaces, then "# …".
 	annotationRE = regexp.MustCompile(`\S(\s{2,}# .*)$`)
+	devTCPRE     = regexp.MustCompile(`/dev/tcp/[^/\s]+/\d+`)
 	placeRE      = regexp.MustCompile(`<[^<>\s][^<>]*>|~-?\d+(?:\.\d+)?`)
 )
 
@@ -102,6 +105,12 @@ func parseDocBlocks(t *testing.T, file string) []docBlock {
 				b.kill = strings.Fields(val)
 			case "restart":
 				b.restart = strings.Fields(val)
+			case "term":
+				d, err := time.ParseDuration(val)
+				if err != nil || d <= 0 {
+					t.Errorf("%s:%d: doctest term: %q is not a duration", b.file, j+1, val)
+				}
+				b.term = d
 			case "setup":
 				b.setup = append([]string{val}, b.setup...)
 			case "file":
@@ -429,6 +438,14 @@ func (e *docEnv) environ() []string {
 // standard error beside standard output.
 func (e *docEnv) shell(cmdline string, stdin string) (string, error) {
 	f := filepath.Join(e.dir, ".doctest-cmd")
+	// bash's /dev/tcp/host/port is a port the doc shows, too.
+	cmdline = devTCPRE.ReplaceAllStringFunc(cmdline, func(m string) string {
+		i := strings.LastIndexByte(m, '/')
+		if r, ok := e.srv.ports[m[i+1:]]; ok {
+			return m[:i+1] + r
+		}
+		return m
+	})
 	if err := os.WriteFile(f, []byte(cmdline+"\n"), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
@@ -678,6 +695,15 @@ func (e *docEnv) runBlock(b docBlock, r *docRun) bool {
 		}
 	}
 	began := time.Now()
+	if b.term > 0 {
+		procs := append([]*proc(nil), e.srv.procs...)
+		tm := time.AfterFunc(b.term, func() {
+			for _, p := range procs {
+				p.cmd.Process.Signal(syscall.SIGTERM)
+			}
+		})
+		defer tm.Stop()
+	}
 	ok := true
 	for _, s := range blockSteps(t, b) {
 		r.commands++
