@@ -46,6 +46,8 @@ var (
 	promptRE    = regexp.MustCompile(`^(127\.0\.0\.1|localhost):(\d+)(?:\(TX\))?> (.*)$`)
 	// A reply line's own annotation: two or more spaces, then "# …".
 	annotationRE = regexp.MustCompile(`\S(\s{2,}# .*)$`)
+	heredocRE    = regexp.MustCompile(`<<-?\s*'?(\w+)'?\s*$`)
+	exportRE     = regexp.MustCompile(`^export (\w+)=(.*)$`)
 	devTCPRE     = regexp.MustCompile(`/dev/tcp/[^/\s]+/\d+`)
 	placeRE      = regexp.MustCompile(`<[^<>\s][^<>]*>|~-?\d+(?:\.\d+)?`)
 )
@@ -206,6 +208,7 @@ type docServers struct {
 	args  map[string][]string // a cluster's nodes' arguments by id
 	term  string              // a cluster's term once n1 led it; "" when unknown
 	pass  string              // --requirepass, for the harness's own checks
+	vars  []string            // NAME=value exported by the examples run against these servers
 }
 
 func (s *docServers) stop() {
@@ -430,7 +433,7 @@ func (e *docEnv) environ() []string {
 	sort.Strings(pairs)
 	env := []string{"PATH=" + e.bin + ":" + os.Getenv("PATH"), "DOCTEST_PORTS=" + strings.Join(pairs, " "),
 		"HOME=" + e.dir, "TERM=dumb", "LANG=C.UTF-8", "TZ=UTC"}
-	return env
+	return append(env, e.srv.vars...)
 }
 
 // shell runs one command line as a terminal would: under a pseudo-terminal
@@ -477,9 +480,21 @@ type docStep struct {
 func blockSteps(t *testing.T, b docBlock) []docStep {
 	t.Helper()
 	var steps []docStep
+	heredoc := ""
 	for i, l := range b.lines {
 		ln := b.line + 1 + i
+		if heredoc != "" {
+			// A here-document's lines are part of its command.
+			steps[len(steps)-1].cmd += "\n" + l
+			if l == heredoc {
+				heredoc = ""
+			}
+			continue
+		}
 		if cmd, ok := strings.CutPrefix(l, "$ "); ok {
+			if m := heredocRE.FindStringSubmatch(cmd); m != nil {
+				heredoc = m[1]
+			}
 			steps = append(steps, docStep{line: ln, cmd: cmd})
 			continue
 		}
@@ -660,15 +675,15 @@ func runDocFile(t *testing.T, blocks []docBlock) (r docRun) {
 		if b.fresh != nil || e.srv.procs == nil {
 			e.startServers(b.fresh)
 		}
+		var kept docServers
+		if b.aside != nil {
+			kept, e.srv = e.srv, e.launch(b.aside)
+		}
 		if b.kill != nil {
 			e.srv.killNodes(t, b.kill)
 		}
 		if b.restart != nil {
 			e.srv.restartNodes(t, b.restart)
-		}
-		var kept docServers
-		if b.aside != nil {
-			kept, e.srv = e.srv, e.launch(b.aside)
 		}
 		ok := e.runBlock(b, &r)
 		if !ok && e.srv.termMoved(t) {
@@ -707,6 +722,12 @@ func (e *docEnv) runBlock(b docBlock, r *docRun) bool {
 	ok := true
 	for _, s := range blockSteps(t, b) {
 		r.commands++
+		if m := exportRE.FindStringSubmatch(s.cmd); m != nil && len(s.want) == 0 {
+			// As in a terminal, an exported variable holds for the
+			// commands after it, as long as they talk to the same servers.
+			e.srv.vars = append(e.srv.vars, m[1]+"="+strings.Trim(m[2], `'"`))
+			continue
+		}
 		out, _ := e.shell(s.cmd, s.stdin)
 		got := outputLines(out)
 		tol := float64(time.Since(began).Milliseconds()) + 50
