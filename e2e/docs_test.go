@@ -37,6 +37,9 @@ type docBlock struct {
 	term    time.Duration // SIGTERM to the block's servers this long after its commands start
 	setup   []string      // shell commands run first, in the file's directory
 	writes  string        // not a console block: its content is written to this file
+	before  string        // with writes: inserted into the file before its last line that is this
+	appends bool          // with writes: added at the end of the file
+	needs   []string      // programs the block runs that a machine may lack (see docNeeds)
 	hasDir  bool          // a doctest comment was present
 }
 
@@ -116,7 +119,12 @@ func parseDocBlocks(t *testing.T, file string) []docBlock {
 			case "setup":
 				b.setup = append([]string{val}, b.setup...)
 			case "file":
-				b.writes = val
+				b.writes, b.before, _ = strings.Cut(val, " before: ")
+				if name, ok := strings.CutSuffix(b.writes, " append"); ok {
+					b.writes, b.appends = name, true
+				}
+			case "needs":
+				b.needs = strings.Fields(val)
 			default:
 				t.Errorf("%s:%d: unknown doctest directive %q", b.file, j+1, key)
 			}
@@ -141,10 +149,13 @@ func parseDocBlocks(t *testing.T, file string) []docBlock {
 // docEnv is where one file's blocks run: its servers, its directory, and
 // the mapping from the ports the doc shows to the real ones.
 type docEnv struct {
-	t   *testing.T
-	dir string // working directory of the commands
-	bin string // the wrappers: redis-cli, sluice, curl
-	srv docServers
+	t     *testing.T
+	dir   string // working directory of the commands
+	bin   string // the wrappers: redis-cli, sluice, curl
+	srv   docServers
+	files map[string]string // the files the doc wrote (file:), with the doc's ports
+	extra []string          // environment the block's programs need (needs:)
+	order []string          // their names, in the order written
 }
 
 const docWrapperCommon = `#!/bin/bash
@@ -178,6 +189,10 @@ exec ` + cli + ` "${args[@]}"
 `,
 		"sluice": docWrapperCommon + `exec ` + binary + ` "${args[@]}"
 `,
+	}
+	if py, err := exec.LookPath("python3"); err == nil {
+		// needs: python3-redis picks the interpreter that has redis-py.
+		scripts["python3"] = "#!/bin/sh\nexec \"${DOCTEST_PYTHON:-" + py + "}\" \"$@\"\n"
 	}
 	if jq != "" {
 		// jq colours its output on a terminal; the docs show it plain.
@@ -409,6 +424,98 @@ func (s *docServers) restartNodes(t *testing.T, ids []string) {
 	})
 }
 
+// addFile notes a file block: the whole file, or (before:) lines inserted
+// into one written earlier.
+func (e *docEnv) addFile(b docBlock) {
+	if e.files == nil {
+		e.files = map[string]string{}
+	}
+	text := strings.Join(b.lines, "\n") + "\n"
+	if b.appends {
+		text = e.files[b.writes] + text
+	} else if b.before != "" {
+		old, ok := e.files[b.writes]
+		lines := strings.Split(old, "\n")
+		at := -1
+		for i, l := range lines {
+			if strings.TrimSpace(l) == b.before {
+				at = i
+			}
+		}
+		if !ok || at < 0 {
+			e.t.Fatalf("%s:%d: doctest file: %s has no line %q to insert before", b.file, b.line, b.writes, b.before)
+		}
+		text = strings.Join(lines[:at], "\n") + "\n" + text + strings.Join(lines[at:], "\n")
+	}
+	if _, ok := e.files[b.writes]; !ok {
+		e.order = append(e.order, b.writes)
+	}
+	e.files[b.writes] = text
+}
+
+// writeFiles writes the doc's files into its directory, the ports the doc
+// shows in them (127.0.0.1:6380, port=6380) turned into the servers'.
+func (e *docEnv) writeFiles() {
+	for _, name := range e.order {
+		text := e.files[name]
+		for d, r := range e.srv.ports {
+			text = regexp.MustCompile(`\b`+d+`\b`).ReplaceAllString(text, r)
+		}
+		path := filepath.Join(e.dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// sluiceSrc is this repository, the checkout the docs' Go examples use.
+var sluiceSrc, _ = filepath.Abs("..")
+
+// docNeeds returns the environment for programs a block runs (go,
+// python3-redis, node-modules), or what this machine lacks to run them.
+func docNeeds(names []string) (env []string, missing string) {
+	for _, n := range names {
+		switch n {
+		case "go":
+			out, err := exec.Command("go", "env", "GOROOT", "GOPATH", "GOMODCACHE", "GOCACHE").Output()
+			f := strings.Fields(string(out))
+			if err != nil || len(f) != 4 {
+				return nil, "go is not on PATH"
+			}
+			// Modules come from the cache the tests were built with.
+			env = append(env, "PATH="+filepath.Join(f[0], "bin"), "GOPATH="+f[1], "GOMODCACHE="+f[2],
+				"GOCACHE="+f[3], "SLUICE_SRC="+sluiceSrc, "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GONOSUMDB=*", "GONOSUMCHECK=1", "GOSUMDB=off")
+		case "python3-redis":
+			py := ""
+			for _, c := range []string{os.Getenv("SLUICE_PYTHON"), "/usr/bin/python3", "python3"} {
+				if c != "" && exec.Command(c, "-c", "import redis").Run() == nil {
+					py = c
+					break
+				}
+			}
+			if py == "" {
+				return nil, "no python3 with redis-py (apt-get install python3-redis, or SLUICE_PYTHON)"
+			}
+			env = append(env, "DOCTEST_PYTHON="+py)
+		case "node-modules":
+			dir := os.Getenv("SLUICE_NODE_MODULES")
+			_, err := exec.LookPath("node")
+			for _, pkg := range []string{"redis", "ioredis"} {
+				if _, e := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); dir == "" || e != nil || err != nil {
+					return nil, "node and the npm packages redis and ioredis are not installed (SLUICE_NODE_MODULES; .ci/run installs them)"
+				}
+			}
+			env = append(env, "NODE_PATH="+filepath.Join(dir, "node_modules"))
+		default:
+			panic("doctest needs: unknown " + n)
+		}
+	}
+	return env, ""
+}
+
 // mapPorts turns the doc's ports in s into the real ones.
 func (s *docServers) mapPorts(x string) string {
 	for d, r := range s.ports {
@@ -433,6 +540,13 @@ func (e *docEnv) environ() []string {
 	sort.Strings(pairs)
 	env := []string{"PATH=" + e.bin + ":" + os.Getenv("PATH"), "DOCTEST_PORTS=" + strings.Join(pairs, " "),
 		"HOME=" + e.dir, "TERM=dumb", "LANG=C.UTF-8", "TZ=UTC"}
+	for _, v := range e.extra {
+		if dir, ok := strings.CutPrefix(v, "PATH="); ok {
+			env[0] = "PATH=" + e.bin + ":" + dir + ":" + os.Getenv("PATH") // the wrappers stay first
+			continue
+		}
+		env = append(env, v)
+	}
 	return append(env, e.srv.vars...)
 }
 
@@ -662,9 +776,7 @@ func runDocFile(t *testing.T, blocks []docBlock) (r docRun) {
 	defer e.srv.stop()
 	for _, b := range blocks {
 		if b.writes != "" {
-			if err := os.WriteFile(filepath.Join(e.dir, b.writes), []byte(strings.Join(b.lines, "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			e.addFile(b)
 			continue
 		}
 		r.total++
@@ -672,6 +784,16 @@ func runDocFile(t *testing.T, blocks []docBlock) (r docRun) {
 			r.skipped = append(r.skipped, b.file+":"+strconv.Itoa(b.line)+" "+b.skip)
 			continue
 		}
+		env, missing := docNeeds(b.needs)
+		if missing != "" {
+			if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+				r.failures = append(r.failures, fmt.Sprintf("%s:%d: %s; SLUICE_REQUIRE_TOOLS is set", b.file, b.line, missing))
+			} else {
+				r.skipped = append(r.skipped, fmt.Sprintf("%s:%d not run here: %s", b.file, b.line, missing))
+			}
+			continue
+		}
+		e.extra = env
 		if b.fresh != nil || e.srv.procs == nil {
 			e.startServers(b.fresh)
 		}
@@ -685,6 +807,7 @@ func runDocFile(t *testing.T, blocks []docBlock) (r docRun) {
 		if b.restart != nil {
 			e.srv.restartNodes(t, b.restart)
 		}
+		e.writeFiles()
 		ok := e.runBlock(b, &r)
 		if !ok && e.srv.termMoved(t) {
 			r.termMoved = true
