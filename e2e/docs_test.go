@@ -571,6 +571,16 @@ func (e *docEnv) shell(cmdline string, stdin string) (string, error) {
 	var cmd *exec.Cmd
 	if stdin == "" {
 		cmd = exec.CommandContext(ctx, "script", "-qec", "bash ./.doctest-cmd", "/dev/null")
+		// script's input stays open (and silent) until the command has
+		// exited: at end of input script(1) winds down on its own, and
+		// could then miss the command's last output.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer pr.Close()
+		defer pw.Close()
+		cmd.Stdin = pr
 	} else {
 		cmd = exec.CommandContext(ctx, "bash", "./.doctest-cmd")
 		cmd.Stdin = strings.NewReader(stdin)
