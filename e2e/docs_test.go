@@ -2,7 +2,25 @@ package e2e
 
 // Executable docs: every ```console block of README.md and docs/*.md runs
 // against the real binary, and what it prints must be what the block
-// shows. README.md describes the markers.
+// shows. README.md describes the placeholders. Comments right above a
+// block, <!-- doctest: NAME: value -->, say what it needs:
+//
+//	fresh: [cluster] [port=N] [flag…]  new servers for this block and the file's next ones
+//	aside: [cluster] [port=N] [flag…]  servers for this block alone
+//	kill: n2 n3                        cluster nodes killed (SIGKILL) first
+//	restart: n1 n2 n3                  cluster nodes stopped and started again on their data
+//	term: 1s                           SIGTERM to the block's servers that long into it
+//	setup: cmd                         a shell command run first
+//	needs: go|python3-redis|node-modules  programs a machine may lack
+//	skip: why                          the block does not run; counted and listed
+//
+// and above a code block of another language:
+//
+//	file: NAME [append | before: LINE]  the block is (or goes into) file NAME
+//
+// A cluster is grown from n1 with --join, so n1 leads it. If a block of a
+// file fails after the cluster elected a leader on its own (a loaded
+// machine), the file runs again from its start, up to three times.
 
 import (
 	"context"
