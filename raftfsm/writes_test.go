@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -147,5 +148,45 @@ func TestWriteWithoutQuorumIsBounded(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Code != "TRYAGAIN" {
 		t.Fatalf("write without quorum: %v", err)
+	}
+}
+
+// unreachableRemote is memRemote reporting a gone leader as the server's
+// remote does: "leader <addr> unreachable: …".
+type unreachableRemote struct{ memRemote }
+
+func (r unreachableRemote) Forward(ctx context.Context, addr string, entry []byte) (Response, error) {
+	if _, err := r.node(addr); err != nil {
+		return Response{}, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error(), Retry: true}
+	}
+	return r.memRemote.Forward(ctx, addr, entry)
+}
+
+// A write sent to a follower right after the leader and the other
+// follower died first meets the dead leader, but ends in "no leader": the
+// node gave up on that leader at its heartbeat timeout, long before the
+// write's time was up, and no majority is left to elect another.
+func TestWriteAfterLeaderAndMajorityDiedSaysNoLeader(t *testing.T) {
+	nodes, opts := cluster(t, 3, func(o *Options) {
+		o.Remote = unreachableRemote{}
+		o.ApplyTimeout = time.Second
+	})
+	leader := testkit.WaitForLeader(t, nodes...)
+	var survivor *Node
+	for i, n := range nodes {
+		if n != leader && survivor == nil {
+			survivor = n
+			continue
+		}
+		// A crash: Raft stops where it is, with no leadership handed on.
+		if err := n.raft.Shutdown().Error(); err != nil {
+			t.Fatal(err)
+		}
+		memNodes.Delete(opts[i].RespAddr)
+	}
+	c, _ := budget.ParseJSON([]byte(`{}`))
+	_, err := survivor.Write(&Entry{Type: SetBudget, Path: "late", Config: &c})
+	if !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("write after the leader and a follower died: %v, want %v", err, ErrNoLeader)
 	}
 }
