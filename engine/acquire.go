@@ -124,11 +124,16 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 	if lv.lease {
 		st, lv.credit = s.leaseView(sh, lv, r, now, st)
 		lv.out = leaseDecide(r.Limit, st, true, now, r.Cost)
-		if lv.exists {
-			// The owner's tokens as of the last grant count towards
-			// what a client is told remains.
-			lv.out.remaining = min(lv.out.remaining+sh.left[lv.idx], r.Limit.Burst)
-		} else if lv.out.ok {
+		if left, heard := sh.left[lv.idx]; lv.exists && heard {
+			// What a client is told remains: the tokens granted to this
+			// node and what the owner kept at its last reply. Credit is
+			// not counted: it is an advance on the owner's tokens.
+			c := sh.credit[lv.idx]
+			if lv.out.ok {
+				c = max(c-r.Cost, 0)
+			}
+			lv.out.remaining = min(max(lv.out.remaining-c, 0)+left, r.Limit.Burst)
+		} else if !lv.exists && lv.out.ok {
 			lv.out.remaining = r.Limit.Burst - r.Cost
 		}
 		if lv.out.ok {

@@ -362,14 +362,19 @@ func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, lef
 	if owed > 0 {
 		s.Consume(now, r.Space, r.Key, r.Limit, owed, maxCreditDebt*r.Limit.Burst)
 	}
-	if r.Cost <= 0 {
-		return 0, 0, 0, 0
-	}
 	want := r.Cost
 	lv := level{h: s.hash(r.Space, r.Key)}
 	sh := &s.shards[lv.h.shard]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if want <= 0 {
+		// Only owed credit to settle: nothing is taken, but the node
+		// still learns what the bucket keeps (what its clients are told
+		// remains).
+		r.Cost = 0
+		s.eval(&lv, &r, now, 0, true)
+		return 0, 0, 0, max(lv.out.remaining, 0)
+	}
 	s.eval(&lv, &r, now, 0, false)
 	if !lv.out.ok {
 		if lv.out.remaining <= 0 {

@@ -179,3 +179,29 @@ func TestLeaseReplyResetMatchesRemaining(t *testing.T) {
 		t.Fatalf("reset after %v with 99 of 100 remaining at 100/minute, want %v", time.Duration(res.ResetAfter), time.Duration(want))
 	}
 }
+
+// A node that is not the owner tells its clients what remains in the
+// owner's bucket as of the owner's last reply, plus the tokens granted to
+// it: also when that reply only settled the credit the node had spent (it
+// asked for no tokens), and without counting its unspent credit, an
+// advance on the owner's tokens.
+func TestLeaseRemainingFollowsTheOwner(t *testing.T) {
+	owner, other, key := leasePair(t)
+	lim, _ := NewLimit(TokenBucket, 100, time.Minute, 100)
+	now := int64(1e12)
+	call := func(s *Store, cost int64) Result {
+		return s.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: cost}, 0, cost == 0)
+	}
+	if r := call(other, 1); !r.Allowed || r.Remaining != 99 {
+		t.Fatalf("first call from credit: %+v", r)
+	}
+	owner.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false)
+	refill(owner, other, now) // settles the credit spent; asks for no tokens
+	want := call(owner, 0).Remaining
+	if want != 98 {
+		t.Fatalf("owner has %d left after its call and the charged credit, want 98", want)
+	}
+	if got := call(other, 0).Remaining; got != want {
+		t.Fatalf("the other node tells %d remain, the owner's bucket holds %d", got, want)
+	}
+}
