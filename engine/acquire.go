@@ -128,7 +128,7 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 			// What a client is told remains: the tokens granted to this
 			// node and what the owner kept at its last reply. Credit is
 			// not counted: it is an advance on the owner's tokens.
-			c := sh.credit[lv.idx]
+			c := sh.credit[lv.idx] + lv.credit // held, or taken by this view
 			if lv.out.ok {
 				c = max(c-r.Cost, 0)
 			}

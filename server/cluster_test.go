@@ -290,3 +290,44 @@ func TestConsumptionSyncBoundsTheCluster(t *testing.T) {
 		t.Fatalf("INFO: %s", info)
 	}
 }
+
+// A node that is not a bucket's owner tells its clients about what the
+// owner's bucket holds, as of the owner's last reply: after one call on
+// each node of a limit of 100, every node reports 97 left, or up to 99 as
+// of a reply that came before the others' calls were charged. (Once,
+// the non-owners reported only their unspent credit, 33 of 100: the
+// owner's reply to a request that settled credit, asking for no tokens,
+// carried no count.)
+func TestNonOwnersReportTheOwnersRemaining(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	resptest.Dial(t, leader.Server.RespAddr()).Do("RL.BUDGET", "SET", "seen", "RATE", "100", "PER", "minute")
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		if r := c.Do("RL.ACQUIRE", "seen"); !strings.HasPrefix(r, "[1 ") {
+			t.Fatalf("%s: %s", n.Raft.ID(), r)
+		}
+		conns = append(conns, c)
+	}
+	var last []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last RL.PEEK replies: %q", last)
+		}
+	})
+	testkit.WaitFor(t, 10*time.Second, "every node reporting what the owner's bucket holds", func() bool {
+		last = last[:0]
+		ok := true
+		for _, c := range conns {
+			r := c.Do("RL.PEEK", "seen", "COST", "0")
+			last = append(last, r)
+			var rem int
+			if _, err := fmt.Sscanf(r, "[1 %d", &rem); err != nil || rem < 95 || rem > 99 {
+				ok = false
+			}
+		}
+		return ok
+	})
+}

@@ -213,7 +213,7 @@ func (l *leaser) finish(r ownerReply) {
 			store.Grant(now, it.space, it.key, &it.lim, got, now+ttl, left)
 			continue
 		}
-		store.Grant(now, it.space, it.key, &it.lim, 0, now+retry, 0)
+		store.Grant(now, it.space, it.key, &it.lim, 0, now+retry, left) // left: what the owner's bucket keeps
 		if retry > 0 && (least < 0 || retry < least) {
 			least = retry
 		}
