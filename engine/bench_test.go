@@ -111,3 +111,27 @@ func TestMemoryPerBucket(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// BenchmarkAcquireFromLease is a call on a node that is not the key's
+// owner, spending tokens the owner granted (the lease path of every call
+// in a cluster), its reply's remaining estimated from the owner's count.
+func BenchmarkAcquireFromLease(b *testing.B) {
+	other := New(Options{Shards: 4})
+	other.SetOwners("b", []string{"a", "b"})
+	var key []byte
+	for i := 0; key == nil; i++ {
+		if k := []byte(fmt.Sprint("k", i)); func() bool { id, self := other.Owner(SpaceInline, k); return id == "a" && !self }() {
+			key = k
+		}
+	}
+	l := mustLimit(b, TokenBucket, 1_000_000_000, sec, 1_000_000_000)
+	now := t0
+	other.Grant(now, SpaceInline, key, l, 1_000_000_000, now+int64(time.Hour), 500_000_000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if !other.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: l, Cost: 1}, 0, false).Allowed {
+			b.Fatal("the lease ran dry")
+		}
+	}
+}
