@@ -709,7 +709,14 @@ func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 			}
 		}
 	}
-	resp, err := n.Write(&Entry{Type: AddMember, Member: &Member{ID: id, RespAddr: respAddr, RaftAddr: raftAddr}, Auto: auto})
+	m := Member{ID: id, RespAddr: respAddr, RaftAddr: raftAddr}
+	if st := n.fsm.State(); already && st.Members[id] == m && !st.Removed[id] {
+		// A voter asking again with the addresses on record (a join
+		// retried while its first answer was on its way): nothing to
+		// change, and no entry for it.
+		return nil
+	}
+	resp, err := n.Write(&Entry{Type: AddMember, Member: &m, Auto: auto})
 	if err == nil {
 		err = resp.Err
 	}

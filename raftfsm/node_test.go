@@ -252,6 +252,28 @@ func TestJoinReplacesStaleMember(t *testing.T) {
 	}
 }
 
+// A member that joins again with the addresses on record (a join retried
+// while the first answer was on its way) changes nothing and adds no log
+// entry; a new RESP address is recorded.
+func TestJoinAgainAsRecordedWritesNothing(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := testkit.WaitForLeader(t, nodes...)
+	m := leader.State().Members[opts[1].ID]
+	before := leader.FSM().Applied()
+	if err := leader.Join(m.ID, m.RaftAddr, m.RespAddr, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := leader.FSM().Applied(); got != before {
+		t.Fatalf("a join as recorded moved the log from %d to %d", before, got)
+	}
+	if err := leader.Join(m.ID, m.RaftAddr, "127.0.0.1:9", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := leader.State().Members[m.ID].RespAddr; got != "127.0.0.1:9" {
+		t.Fatalf("a join with a new RESP address recorded %q", got)
+	}
+}
+
 func TestRestartWithChangedAddressIsRefused(t *testing.T) {
 	o := testOptions(t, 0)
 	o.Remote = memRemote{}
