@@ -9,7 +9,7 @@ package e2e
 //	aside: [cluster] [port=N] [flag…]  servers for this block alone
 //	kill: n2 n3                        cluster nodes killed (SIGKILL) first
 //	restart: n1 n2 n3                  cluster nodes stopped and started again on their data
-//	term: 1s                           SIGTERM to the block's servers that long into it
+//	term: held                         SIGTERM to the block's servers once they hold a call (WAIT)
 //	setup: cmd                         a shell command run first
 //	needs: go|python3-redis|node-modules  programs a machine may lack
 //	skip: why                          the block does not run; counted and listed
@@ -26,7 +26,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,18 +49,18 @@ type docBlock struct {
 	line  int      // of the opening fence
 	lines []string // the block's content, fence indentation removed
 	// From <!-- doctest: … --> comments right above the fence.
-	skip    string        // why the block does not run; empty when it runs
-	fresh   []string      // start new servers first: ["cluster"|"port=N"|flag…]
-	aside   []string      // servers for this block alone, as fresh; the file's come back after it
-	kill    []string      // cluster nodes (n1…n3) to kill (SIGKILL) first; they stay down
-	restart []string      // cluster nodes to stop (if running) and start again on their data
-	term    time.Duration // SIGTERM to the block's servers this long after its commands start
-	setup   []string      // shell commands run first, in the file's directory
-	writes  string        // not a console block: its content is written to this file
-	before  string        // with writes: inserted into the file before its last line that is this
-	appends bool          // with writes: added at the end of the file
-	needs   []string      // programs the block runs that a machine may lack (see docNeeds)
-	hasDir  bool          // a doctest comment was present
+	skip    string   // why the block does not run; empty when it runs
+	fresh   []string // start new servers first: ["cluster"|"port=N"|flag…]
+	aside   []string // servers for this block alone, as fresh; the file's come back after it
+	kill    []string // cluster nodes (n1…n3) to kill (SIGKILL) first; they stay down
+	restart []string // cluster nodes to stop (if running) and start again on their data
+	term    bool     // SIGTERM to the block's servers once one of them holds a call (WAIT)
+	setup   []string // shell commands run first, in the file's directory
+	writes  string   // not a console block: its content is written to this file
+	before  string   // with writes: inserted into the file before its last line that is this
+	appends bool     // with writes: added at the end of the file
+	needs   []string // programs the block runs that a machine may lack (see docNeeds)
+	hasDir  bool     // a doctest comment was present
 }
 
 var (
@@ -67,6 +69,7 @@ var (
 	promptRE    = regexp.MustCompile(`^(127\.0\.0\.1|localhost):(\d+)(?:\(TX\))?> (.*)$`)
 	// A reply line's own annotation: two or more spaces, then "# …".
 	annotationRE = regexp.MustCompile(`\S(\s{2,}# .*)$`)
+	waitingRE    = regexp.MustCompile(`(?m)^sluice_waiting_clients (\d+)`)
 	heredocRE    = regexp.MustCompile(`<<-?\s*'?(\w+)'?\s*$`)
 	exportRE     = regexp.MustCompile(`^export (\w+)=(.*)$`)
 	devTCPRE     = regexp.MustCompile(`/dev/tcp/[^/\s]+/\d+`)
@@ -129,11 +132,10 @@ func parseDocBlocks(t *testing.T, file string) []docBlock {
 			case "restart":
 				b.restart = strings.Fields(val)
 			case "term":
-				d, err := time.ParseDuration(val)
-				if err != nil || d <= 0 {
-					t.Errorf("%s:%d: doctest term: %q is not a duration", b.file, j+1, val)
+				if val != "held" {
+					t.Errorf("%s:%d: doctest term: %q; the one form is term: held", b.file, j+1, val)
 				}
-				b.term = d
+				b.term = true
 			case "setup":
 				b.setup = append([]string{val}, b.setup...)
 			case "file":
@@ -408,6 +410,33 @@ func (s *docServers) termMoved(t *testing.T) bool {
 		}
 	}
 	return false
+}
+
+// termWhenHeld sends SIGTERM to the servers once one of them reports a
+// held call (sluice_waiting_clients), unless done closes first.
+func (s *docServers) termWhenHeld(done <-chan struct{}) {
+	procs := append([]*proc(nil), s.procs...)
+	for {
+		for _, p := range procs {
+			resp, err := http.Get("http://" + p.HTTP + "/metrics")
+			if err != nil {
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if m := waitingRE.FindSubmatch(body); m != nil && string(m[1]) != "0" {
+				for _, q := range procs {
+					q.cmd.Process.Signal(syscall.SIGTERM)
+				}
+				return
+			}
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // killNodes kills cluster nodes by id, as kill -9 would; the leadership
@@ -895,14 +924,11 @@ func (e *docEnv) runBlock(b docBlock, r *docRun) bool {
 		}
 	}
 	began := time.Now()
-	if b.term > 0 {
-		procs := append([]*proc(nil), e.srv.procs...)
-		tm := time.AfterFunc(b.term, func() {
-			for _, p := range procs {
-				p.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		})
-		defer tm.Stop()
+	if b.term {
+		// SIGTERM once the block's call is held, not after a guessed delay.
+		done := make(chan struct{})
+		defer close(done)
+		go e.srv.termWhenHeld(done)
 	}
 	ok := true
 	for _, s := range blockSteps(t, b) {
