@@ -22,22 +22,8 @@ trap 'exit 130' INT TERM
 
 go build -o "$TMP/sluice" ./cmd/sluice
 go build -o "$TMP/bench" ./bench
-free_port SLUICE_PORT
-free_port RAFT_PORT
 free_port GRPC_PORT
-(
-  if [ -n "${SLUICE_GOMAXPROCS:-}" ]; then
-    export GOMAXPROCS="$SLUICE_GOMAXPROCS"
-  fi
-  exec "$TMP/sluice" --resp-addr "127.0.0.1:$SLUICE_PORT" --http-addr '' --grpc-addr "127.0.0.1:$GRPC_PORT" \
-    --raft-addr "127.0.0.1:$RAFT_PORT" --data-dir "$TMP/sluice-data"
-) >"$TMP/sluice.log" 2>&1 &
-STARTED_PIDS+=("$!")
-if ! wait_pong "$SLUICE_PORT" 30; then
-  echo "sluice did not start; its log:" >&2
-  cat "$TMP/sluice.log" >&2
-  exit 1
-fi
+start_sluice "$TMP/sluice" --grpc-addr "127.0.0.1:$GRPC_PORT"
 
 bench() {
   if [ -n "${BENCH_GOMAXPROCS:-}" ]; then

@@ -46,11 +46,13 @@ wait_pong() {
   return 1
 }
 
-# start_sluice BINARY sets SLUICE_PORT and SLUICE_PID: one node on free
-# loopback ports, HTTP off, data in $TMP. SLUICE_GOMAXPROCS, if set, is the
-# server's GOMAXPROCS (and only the server's).
+# start_sluice BINARY [FLAG...] sets SLUICE_PORT and SLUICE_PID: one node on
+# free loopback ports, HTTP off, data in $TMP, with FLAGs added.
+# SLUICE_GOMAXPROCS, if set, is the server's GOMAXPROCS (and only the
+# server's).
 start_sluice() {
   local bin=$1 raft
+  shift
   free_port SLUICE_PORT
   free_port raft
   (
@@ -58,7 +60,7 @@ start_sluice() {
       export GOMAXPROCS="$SLUICE_GOMAXPROCS"
     fi
     exec "$bin" --resp-addr "127.0.0.1:$SLUICE_PORT" --http-addr '' \
-      --raft-addr "127.0.0.1:$raft" --data-dir "$TMP/sluice-data"
+      --raft-addr "127.0.0.1:$raft" --data-dir "$TMP/sluice-data" "$@"
   ) >"$TMP/sluice.log" 2>&1 &
   SLUICE_PID=$!
   STARTED_PIDS+=("$SLUICE_PID")
