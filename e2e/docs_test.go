@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -548,39 +549,42 @@ func (e *docEnv) writeFiles() {
 // sluiceSrc is this repository, the checkout the docs' Go examples use.
 var sluiceSrc, _ = filepath.Abs("..")
 
+// goEnv is what a doc's Go program needs to build from the module cache
+// the tests were built with, or why it cannot.
+var goEnv = sync.OnceValues(func() ([]string, string) {
+	out, err := exec.Command("go", "env", "GOROOT", "GOPATH", "GOMODCACHE", "GOCACHE").Output()
+	f := strings.Fields(string(out))
+	if err != nil || len(f) != 4 {
+		return nil, "go is not on PATH"
+	}
+	return []string{"PATH=" + filepath.Join(f[0], "bin"), "GOPATH=" + f[1], "GOMODCACHE=" + f[2], "GOCACHE=" + f[3],
+		"SLUICE_SRC=" + sluiceSrc, "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOSUMDB=off"}, ""
+})
+
 // docNeeds returns the environment for programs a block runs (go,
 // python3-redis, node-modules), or what this machine lacks to run them.
 func docNeeds(names []string) (env []string, missing string) {
 	for _, n := range names {
 		switch n {
 		case "go":
-			out, err := exec.Command("go", "env", "GOROOT", "GOPATH", "GOMODCACHE", "GOCACHE").Output()
-			f := strings.Fields(string(out))
-			if err != nil || len(f) != 4 {
-				return nil, "go is not on PATH"
+			e, why := goEnv()
+			if why != "" {
+				return nil, why
 			}
-			// Modules come from the cache the tests were built with.
-			env = append(env, "PATH="+filepath.Join(f[0], "bin"), "GOPATH="+f[1], "GOMODCACHE="+f[2],
-				"GOCACHE="+f[3], "SLUICE_SRC="+sluiceSrc, "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GONOSUMDB=*", "GONOSUMCHECK=1", "GOSUMDB=off")
+			env = append(env, e...)
 		case "python3-redis":
-			py := ""
-			for _, c := range []string{os.Getenv("SLUICE_PYTHON"), "/usr/bin/python3", "python3"} {
-				if c != "" && exec.Command(c, "-c", "import redis").Run() == nil {
-					py = c
-					break
-				}
-			}
+			py := findPython()
 			if py == "" {
-				return nil, "no python3 with redis-py (apt-get install python3-redis, or SLUICE_PYTHON)"
+				return nil, noPython
 			}
 			env = append(env, "DOCTEST_PYTHON="+py)
 		case "node-modules":
-			dir := os.Getenv("SLUICE_NODE_MODULES")
-			_, err := exec.LookPath("node")
-			for _, pkg := range []string{"redis", "ioredis"} {
-				if _, e := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); dir == "" || e != nil || err != nil {
-					return nil, "node and the npm packages redis and ioredis are not installed (SLUICE_NODE_MODULES; .ci/run installs them)"
-				}
+			dir := findNodeModules()
+			if _, err := exec.LookPath("node"); err != nil {
+				return nil, "node is not installed"
+			}
+			if dir == "" {
+				return nil, noNodeModules
 			}
 			env = append(env, "NODE_PATH="+filepath.Join(dir, "node_modules"))
 		default:

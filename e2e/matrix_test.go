@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,20 +246,29 @@ func TestMatrixRueidis(t *testing.T) {
 	}
 }
 
-// nodeModules returns node and the folder holding node_modules with redis
-// and ioredis (SLUICE_NODE_MODULES, set by .ci/run).
+const noNodeModules = "the npm packages redis and ioredis are not installed: npm install --prefix DIR redis ioredis, then SLUICE_NODE_MODULES=DIR (.ci/run does this)"
+
+// findNodeModules returns the folder holding node_modules with redis and
+// ioredis (SLUICE_NODE_MODULES, set by .ci/run), or "".
+func findNodeModules() string {
+	dir := os.Getenv("SLUICE_NODE_MODULES")
+	for _, pkg := range []string{"redis", "ioredis"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); dir == "" || err != nil {
+			return ""
+		}
+	}
+	return dir
+}
+
+// nodeModules returns node and findNodeModules' folder.
 func nodeModules(t *testing.T) (node, dir string) {
 	t.Helper()
 	node = requireTool(t, "node")
-	dir = os.Getenv("SLUICE_NODE_MODULES")
-	for _, pkg := range []string{"redis", "ioredis"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); dir == "" || err != nil {
-			msg := "the npm packages redis and ioredis are not installed: npm install --prefix DIR redis ioredis, then SLUICE_NODE_MODULES=DIR (.ci/run does this)"
-			if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
-				t.Fatal(msg + "; SLUICE_REQUIRE_TOOLS is set")
-			}
-			t.Skip(msg)
+	if dir = findNodeModules(); dir == "" {
+		if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+			t.Fatal(noNodeModules + "; SLUICE_REQUIRE_TOOLS is set")
 		}
+		t.Skip(noNodeModules)
 	}
 	return node, dir
 }
@@ -291,24 +301,31 @@ func TestMatrixIORedis(t *testing.T) {
 	runScript(t, p, []string{"NODE_PATH=" + filepath.Join(dir, "node_modules"), "SLUICE_CLIENT=ioredis"}, node, "testdata/clients.js")
 }
 
-// python returns an interpreter that imports redis (Debian's python3-redis
-// is under /usr/bin/python3, which another python3 on PATH may hide).
-func python(t *testing.T) string {
-	t.Helper()
+const noPython = "no python3 with redis-py (apt-get install python3-redis, or SLUICE_PYTHON)"
+
+// findPython returns an interpreter that imports redis, or "" (Debian's
+// python3-redis is under /usr/bin/python3, which another python3 on PATH
+// may hide).
+var findPython = sync.OnceValue(func() string {
 	for _, py := range []string{os.Getenv("SLUICE_PYTHON"), "/usr/bin/python3", "python3"} {
-		if py == "" {
-			continue
-		}
-		if err := exec.Command(py, "-c", "import redis").Run(); err == nil {
+		if py != "" && exec.Command(py, "-c", "import redis").Run() == nil {
 			return py
 		}
 	}
-	msg := "no python3 with redis-py (apt-get install python3-redis, or SLUICE_PYTHON)"
-	if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
-		t.Fatal(msg + "; SLUICE_REQUIRE_TOOLS is set")
-	}
-	t.Skip(msg)
 	return ""
+})
+
+// python returns findPython's interpreter.
+func python(t *testing.T) string {
+	t.Helper()
+	py := findPython()
+	if py == "" {
+		if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+			t.Fatal(noPython + "; SLUICE_REQUIRE_TOOLS is set")
+		}
+		t.Skip(noPython)
+	}
+	return py
 }
 
 func TestMatrixRedisPy(t *testing.T) {
