@@ -171,19 +171,34 @@ func TestWriteAfterLeaderAndMajorityDiedSaysNoLeader(t *testing.T) {
 		o.Remote = unreachableRemote{}
 		o.ApplyTimeout = time.Second
 	})
+	// A follower stops first, as nodes stop (it hands nothing on)...
 	leader := testkit.WaitForLeader(t, nodes...)
-	var survivor *Node
+	var rest []*Node
+	stopped := false
 	for i, n := range nodes {
-		if n != leader && survivor == nil {
-			survivor = n
+		if n == leader || stopped {
+			rest = append(rest, n)
 			continue
 		}
-		// A crash: Raft stops where it is, with no leadership handed on.
-		if err := n.raft.Shutdown().Error(); err != nil {
-			t.Fatal(err)
-		}
+		n.Shutdown()
 		memNodes.Delete(opts[i].RespAddr)
+		stopped = true
 	}
+	// ...then the leader of the two left crashes: Raft stops where it is,
+	// with no leadership handed on. (Only a leader is crashed this way: a
+	// follower could win an election while Raft shuts down, and would
+	// then wait forever in its cleanup to hand that leadership on.)
+	leader = testkit.WaitForLeader(t, rest...)
+	var survivor *Node
+	for _, n := range rest {
+		if n != leader {
+			survivor = n
+		}
+	}
+	if err := leader.raft.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	memNodes.Delete(leader.opts.RespAddr)
 	c, _ := budget.ParseJSON([]byte(`{}`))
 	_, err := survivor.Write(&Entry{Type: SetBudget, Path: "late", Config: &c})
 	if !errors.Is(err, ErrNoLeader) {
