@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -106,7 +107,7 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: a write numbered by node '" + printable([]byte(e.Req.Node), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 		return false
 	}
-	if (e.Type == raftfsm.QuotaAdd || e.Type == raftfsm.QuotaReserve) && e.Origin != id {
+	if e.Type == raftfsm.QuotaAdd && e.Origin != id || e.Type == raftfsm.QuotaReserve && quota.OriginNode(e.Origin) != id {
 		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '" + printable([]byte(e.Origin), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 		return false
 	}

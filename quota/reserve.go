@@ -1,8 +1,13 @@
 package quota
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -27,8 +32,16 @@ const (
 // Reserver holds the quota units reserved for this node; it is the
 // engine's QuotaGate.
 type Reserver struct {
-	Self    string
-	Store   *engine.Store
+	// Self names this process's reservations: the node's id and a mark of
+	// this start (Incarnation), so that grants to the node's previous
+	// life, replayed from the log after a crash, are never taken for
+	// this one's (those units were that life's to admit, and it may have).
+	Self  string
+	Store *engine.Store
+	// Ready reports whether this replica has caught up with the log:
+	// until it first has, the members and the committed counts it knows
+	// may be those of the past, and no call is admitted against a quota.
+	Ready   func() bool
 	Clock   func() int64
 	Members func() int
 	// Propose proposes a QuotaReserve entry of items from Self and
@@ -41,6 +54,8 @@ type Reserver struct {
 	// Reserved counts reservation entries committed, Failed those that
 	// were not (no leader, the leader unreachable or refusing).
 	Reserved, Failed Counter
+
+	caughtUp atomic.Bool
 
 	mu       sync.Mutex
 	held     map[string]*held
@@ -68,6 +83,10 @@ func (h *held) cap() int64 { return h.granted - h.settled - h.releasing }
 
 // QuotaCap implements engine.QuotaGate.
 func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, cost int64) int64 {
+	if !r.isCaughtUp() {
+		// Refused for now (Result.Reserve): Reserve waits for the replay.
+		return 0
+	}
 	if r.Members() < 2 {
 		return -1
 	}
@@ -113,6 +132,9 @@ func (r *Reserver) poke(done chan struct{}) {
 // a call refused for want of reserved units tries again after it. It
 // returns false at once while proposals are failing (no quorum).
 func (r *Reserver) Reserve(wait time.Duration) bool {
+	if !r.isCaughtUp() && !r.awaitCatchUp(wait) {
+		return false
+	}
 	r.mu.Lock()
 	failing := r.failedAt != 0 && r.Clock()-r.failedAt < failedBackoff
 	r.mu.Unlock()
@@ -129,6 +151,53 @@ func (r *Reserver) Reserve(wait time.Duration) bool {
 	case <-t.C:
 		return false
 	}
+}
+
+// isCaughtUp reports whether this replica has caught up with the log
+// since the process started; once it has, it stays so.
+func (r *Reserver) isCaughtUp() bool {
+	if r.caughtUp.Load() {
+		return true
+	}
+	if r.Ready == nil || r.Ready() {
+		r.caughtUp.Store(true)
+		return true
+	}
+	return false
+}
+
+// awaitCatchUp waits up to wait for the replica to catch up.
+func (r *Reserver) awaitCatchUp(wait time.Duration) bool {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !r.isCaughtUp() {
+		select {
+		case <-t.C:
+			return false
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
+// Incarnation returns a mark that differs between two starts of a node
+// (the start time, in nanoseconds, and random bits): Self is the node's
+// id, "@", and it.
+func Incarnation() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return strconv.FormatInt(time.Now().UnixNano(), 36) + hex.EncodeToString(b[:])
+}
+
+// OriginNode returns the node that proposed a reservation: its origin up
+// to the last "@" (what follows is an Incarnation), or all of it.
+func OriginNode(origin string) string {
+	if i := strings.LastIndexByte(origin, '@'); i >= 0 {
+		return origin[:i]
+	}
+	return origin
 }
 
 // Init prepares an empty reserver.

@@ -92,3 +92,62 @@ func TestReserverAdmitsOnlyWhatWasGranted(t *testing.T) {
 type count struct{ n int }
 
 func (c *count) Inc() { c.n++ }
+
+// A restarted node neither admits before its replica has caught up with
+// the log nor takes the grants of its previous life, replayed from the
+// log, for its own: those units were that life's, which may have admitted
+// every one of them before it crashed.
+func TestRestartedNodeTakesNoGrantsOfItsPreviousLife(t *testing.T) {
+	now := t0
+	st := engine.New(engine.Options{Shards: 2})
+	ready := false
+	self := "n1@" + Incarnation()
+	if OriginNode(self) != "n1" || OriginNode("n1") != "n1" || Incarnation() == Incarnation() {
+		t.Fatalf("origins: %q → %q", self, OriginNode(self))
+	}
+	r := &Reserver{Self: self, Ready: func() bool { return ready }, Store: st, Clock: func() int64 { return now },
+		Members: func() int { return 3 }, Committed: func(string) (Item, bool) { return Item{}, false },
+		Log: slog.Default(), Reserved: &count{}, Failed: &count{}}
+	r.Propose = func(items []Item) error { return nil } // grants arrive as the log is applied
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 100}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	call := func() engine.Result {
+		return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false)
+	}
+	// While the log replays: refused, to be tried again shortly.
+	if res := call(); res.Allowed || !res.Reserve {
+		t.Fatalf("before catching up: %+v", res)
+	}
+	if r.Reserve(0) {
+		t.Fatal("Reserve answered before the replica caught up")
+	}
+	// Caught up; a call finds nothing reserved and asks. Then grants of
+	// the previous life arrive (origin "n1@…" of another start, or "n1"
+	// from a binary without incarnations): an entry it proposed before
+	// the crash that the leader committed after it.
+	ready = true
+	if res := call(); res.Allowed || !res.Reserve {
+		t.Fatalf("with nothing reserved: %+v", res)
+	}
+	want := []Item{{Key: "i|k", Limit: 100, Used: 20}}
+	want[0].Start, want[0].End = spec.Period.Bounds(now)
+	r.Granted("n1@"+Incarnation(), want, []int64{20})
+	r.Granted("n1", want, []int64{20})
+	if res := call(); res.Allowed {
+		t.Fatalf("admitted from grants of a previous life: %+v", res)
+	}
+	// Its own grant counts.
+	r.Granted(self, want, []int64{5})
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		if call().Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("admitted %d from a grant of 5", admitted)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -456,8 +457,10 @@ func (n *Node) Leader() (id, respAddr string, ok bool) {
 // the leader it applies, elsewhere it forwards the entry to the leader.
 // While no leader is known or the leader is unreachable it waits for one,
 // up to ApplyTimeout; an attempt whose outcome is unknown is retried, which
-// is safe because the state machine applies each write id once. When it
-// returns, this node has applied the write too (read-your-writes here).
+// is safe because the state machine applies each write id once. It
+// replies only once this node has applied the write too (read-your-writes
+// here); a write committed but not applied here in time is an error
+// (NotAppliedError).
 func (n *Node) Write(e *Entry) (Response, error) {
 	if n.removed.Load() {
 		return Response{}, ErrRemoved
@@ -467,10 +470,19 @@ func (n *Node) Write(e *Entry) (Response, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
 	defer cancel()
 	resp, err := n.propose(ctx, b)
-	if err == nil {
-		n.waitApplied(ctx, resp.Index)
+	if err == nil && !n.waitApplied(ctx, resp.Index) {
+		return Response{}, NotAppliedError(resp.Index)
 	}
 	return resp, err
+}
+
+// NotAppliedError is a write's reply when the leader committed it but
+// this node did not apply it within ApplyTimeout (cut off from the
+// leader's log, or far behind): replying OK would break
+// read-your-writes here, so the caller is told where to read it.
+func NotAppliedError(index uint64) *Error {
+	return &Error{Code: "TRYAGAIN", Msg: "the write was committed at index " + strconv.FormatUint(index, 10) +
+		" but this node has not applied it yet, so reads here would not show it; read it with CONSISTENT (served by the leader), or repeat the write: writes are safe to repeat"}
 }
 
 func (n *Node) propose(ctx context.Context, b []byte) (Response, error) {

@@ -1,6 +1,6 @@
 // Package respclient is the RESP client nodes use to talk to each other:
 // forwarding a write to the leader and relaying its reply byte for byte,
-// and joining a cluster. It keeps one idle connection per address.
+// and joining a cluster. It keeps a few idle connections per address.
 package respclient
 
 import (
@@ -30,7 +30,7 @@ type Client struct {
 	DialTimeout time.Duration
 
 	mu   sync.Mutex
-	idle map[string]*conn
+	idle map[string][]*conn
 }
 
 type conn struct {
@@ -47,45 +47,48 @@ func (e *HandshakeError) Error() string { return e.Msg }
 // Do sends args to addr and returns the raw reply (one complete RESP value).
 // A connection that fails is dropped, never reused.
 func (cl *Client) Do(addr string, args [][]byte) ([]byte, error) {
-	c, err := cl.get(addr)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := c.do(args, cl.timeout())
-	if err != nil {
-		c.c.Close()
-		return nil, err
-	}
-	cl.put(addr, c)
-	return raw, nil
+	ctx, cancel := context.WithTimeout(context.Background(), cl.timeout())
+	defer cancel()
+	return cl.do(ctx, addr, args, 5*time.Second)
 }
 
-// DoContext is Do bounded by ctx: the call ends when ctx does, and a new
-// connection is dialled with at most DialTimeout (default 1s), so that a
-// dead peer is noticed quickly.
+// DoContext is Do bounded by ctx: the call ends when ctx does, dialling
+// and the connection's handshake (AUTH, CLIENT SETNAME) included, and a
+// new connection is dialled and greeted within at most DialTimeout
+// (default 1s) each, so that a dead or frozen peer is noticed quickly.
 func (cl *Client) DoContext(ctx context.Context, addr string, args [][]byte) ([]byte, error) {
+	return cl.do(ctx, addr, args, cl.dialTimeout())
+}
+
+func (cl *Client) do(ctx context.Context, addr string, args [][]byte, dial time.Duration) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c, err := cl.getDial(addr, cl.dialTimeout())
+	c, err := cl.getDial(ctx, addr, dial)
 	if err != nil {
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
-	timeout := cl.timeout()
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	raw, err := c.do(args, timeout)
+	raw, err := c.do(args, cl.until(ctx, cl.timeout()))
 	if !stop() || err != nil {
 		c.c.Close()
-		if err == nil {
+		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
 		return nil, err
 	}
 	cl.put(addr, c)
 	return raw, nil
+}
+
+// until returns the deadline of a step that may take d, cut short by
+// ctx's deadline.
+func (cl *Client) until(ctx context.Context, d time.Duration) time.Time {
+	at := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(at) {
+		return dl
+	}
+	return at
 }
 
 func (cl *Client) dialTimeout() time.Duration {
@@ -102,25 +105,35 @@ func (cl *Client) timeout() time.Duration {
 	return 10 * time.Second
 }
 
-func (cl *Client) get(addr string) (*conn, error) { return cl.getDial(addr, 5*time.Second) }
-
-func (cl *Client) getDial(addr string, dial time.Duration) (*conn, error) {
+// getDial returns an idle connection to addr, or dials and greets a new
+// one: dialling within dial, the handshake within dial again, both ended
+// early by ctx (its deadline, or its cancellation: a forward whose leader
+// changed must not wait on a frozen one's AUTH reply).
+func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) (*conn, error) {
 	cl.mu.Lock()
-	if c := cl.idle[addr]; c != nil {
-		delete(cl.idle, addr)
+	if cs := cl.idle[addr]; len(cs) > 0 {
+		c := cs[len(cs)-1]
+		cs[len(cs)-1] = nil
+		cl.idle[addr] = cs[:len(cs)-1]
 		cl.mu.Unlock()
 		return c, nil
 	}
 	cl.mu.Unlock()
-	d := net.Dialer{Timeout: dial}
+	dctx, cancel := context.WithTimeout(ctx, dial)
+	defer cancel()
 	var nc net.Conn
 	var err error
 	if cl.TLS != nil {
-		nc, err = tls.DialWithDialer(&d, "tcp", addr, cl.TLS)
+		td := tls.Dialer{Config: cl.TLS}
+		nc, err = td.DialContext(dctx, "tcp", addr)
 	} else {
-		nc, err = d.Dial("tcp", addr)
+		var d net.Dialer
+		nc, err = d.DialContext(dctx, "tcp", addr)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	c := &conn{c: nc, r: bufio.NewReader(nc)}
@@ -138,43 +151,60 @@ func (cl *Client) getDial(addr string, dial time.Duration) (*conn, error) {
 	if cl.Name != "" {
 		hello = append(hello, [][]byte{[]byte("CLIENT"), []byte("SETNAME"), []byte(cl.Name)})
 	}
+	if len(hello) == 0 {
+		return c, nil
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	deadline := cl.until(ctx, dial)
 	for _, h := range hello {
-		raw, err := c.do(h, cl.timeout())
+		raw, err := c.do(h, deadline)
 		if err == nil && len(raw) > 0 && raw[0] == '-' {
 			err = &HandshakeError{Msg: string(raw[1 : len(raw)-2])}
 		}
 		if err != nil {
 			nc.Close()
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			return nil, fmt.Errorf("%s %s: %w", addr, h[0], err)
 		}
 	}
 	return c, nil
 }
 
+// MaxIdle is how many idle connections a client keeps per address:
+// concurrent calls each take one, and those beyond it are closed after
+// use rather than kept.
+const MaxIdle = 8
+
 func (cl *Client) put(addr string, c *conn) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.idle == nil {
-		cl.idle = map[string]*conn{}
+		cl.idle = map[string][]*conn{}
 	}
-	if old := cl.idle[addr]; old != nil {
-		old.c.Close()
+	if len(cl.idle[addr]) >= MaxIdle {
+		c.c.Close()
+		return
 	}
-	cl.idle[addr] = c
+	cl.idle[addr] = append(cl.idle[addr], c)
 }
 
 // Close drops every idle connection.
 func (cl *Client) Close() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	for a, c := range cl.idle {
-		c.c.Close()
+	for a, cs := range cl.idle {
+		for _, c := range cs {
+			c.c.Close()
+		}
 		delete(cl.idle, a)
 	}
 }
 
-func (c *conn) do(args [][]byte, timeout time.Duration) ([]byte, error) {
-	c.c.SetDeadline(time.Now().Add(timeout))
+func (c *conn) do(args [][]byte, deadline time.Time) ([]byte, error) {
+	c.c.SetDeadline(deadline)
 	buf := AppendCommand(make([]byte, 0, 64), args...)
 	if _, err := c.c.Write(buf); err != nil {
 		return nil, err
