@@ -129,16 +129,23 @@ const MaxImportBytes = 8 << 20
 // it has caught up; with consistent, a linearizable read at the leader,
 // to which a follower relays the command.
 func (ctx *Ctx) readState(consistent bool) (*raftfsm.State, bool) {
-	st, err := ctx.Env.Cluster.ReadState(consistent)
-	switch {
-	case err == raftfsm.ErrNotLeader && consistent:
-		ctx.forward()
-		return nil, false
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-		return nil, false
+	for try := 0; ; try++ {
+		st, err := ctx.Env.Cluster.ReadState(consistent)
+		switch {
+		case err == raftfsm.ErrNotLeader && consistent && try < maxRelays:
+			if !ctx.forward("read") {
+				continue // this node leads now: read here
+			}
+			return nil, false
+		case err == raftfsm.ErrNotLeader && consistent:
+			ctx.Conn.WriteError(raftfsm.ErrNoLeader.Error())
+			return nil, false
+		case err != nil:
+			ctx.Conn.WriteError(err.Error())
+			return nil, false
+		}
+		return st, true
 	}
-	return st, true
 }
 
 // okWarn renders the outcome of a budget write: OK, with a warning if

@@ -37,18 +37,25 @@ func clusterCommands() []*Command {
 	}
 }
 
-// forward relays the current command to the leader.
-func (ctx *Ctx) forward() {
+// forward relays the current command to the leader (what names it in
+// the refusal of a node that does not lead: "read", "membership change").
+// It returns false, having replied nothing, when this node has become the
+// leader meanwhile: the caller serves the command here.
+func (ctx *Ctx) forward(what string) bool {
 	if strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
-		ctx.Conn.WriteError("TRYAGAIN not the leader (the write was forwarded here by a node with an older view)")
-		return
+		ctx.Conn.WriteError(raftfsm.NotLeaderReply + " (the " + what + " was relayed here by a node with an older view)")
+		return true
 	}
 	raw, err := ctx.Env.Cluster.Forward(ctx.Args)
+	if err == raftfsm.ErrLeaderHere {
+		return false
+	}
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
-		return
+		return true
 	}
 	ctx.writeRelayed(raw)
+	return true
 }
 
 func clusterCmd(ctx *Ctx) {
@@ -149,16 +156,25 @@ func clusterCmd(ctx *Ctx) {
 
 // membership runs a leader-only membership change here or on the leader.
 func (ctx *Ctx) membership(change func() error) {
-	err := change()
-	switch {
-	case err == nil:
-		ctx.Conn.WriteString(okReply)
-	case err == raftfsm.ErrNotLeader:
-		ctx.forward()
-	default:
-		ctx.Conn.WriteError(err.Error())
+	for try := 0; ; try++ {
+		err := change()
+		switch {
+		case err == nil:
+			ctx.Conn.WriteString(okReply)
+		case err == raftfsm.ErrNotLeader && try < maxRelays:
+			if !ctx.forward("membership change") {
+				continue
+			}
+		default:
+			ctx.Conn.WriteError(err.Error())
+		}
+		return
 	}
 }
+
+// maxRelays bounds how often a command relayed to the leader comes back
+// to be served here because this node became the leader meanwhile.
+const maxRelays = 3
 
 // adminRole replies NOPERM unless the session has the admin role.
 func adminRole(ctx *Ctx) bool {

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -125,6 +126,9 @@ var (
 	ErrShutdown  = &Error{Code: "CLUSTERDOWN", Msg: "this node is shutting down"}
 	ErrRemoved   = &Error{Code: "CLUSTERDOWN", Msg: "this node was removed from the cluster (RL.CLUSTER LEAVE); an operator re-admits it with RL.CLUSTER JOIN"}
 	ErrNotCaught = &Error{Code: "TRYAGAIN", Msg: "the new leader has not applied the log yet"}
+	// ErrLeaderHere: a command being relayed to the leader found that this
+	// node leads now; it serves the command itself.
+	ErrLeaderHere = &Error{Code: "TRYAGAIN", Msg: "this node became the leader", Retry: true}
 )
 
 // Error is a cluster error with its reply code. Retry marks an error after
@@ -618,28 +622,47 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
 }
 
 // Forward relays a client command to the leader, waiting for one (up to
-// ApplyTimeout) when none is known, and returns its raw reply.
+// ApplyTimeout) when none is known, and returns its raw reply. A node
+// that relays to a peer which is no longer the leader (its refusal starts
+// with NotLeaderReply) waits for a newer view and relays again; if this
+// node becomes the leader meanwhile, Forward returns ErrLeaderHere and the
+// caller serves the command itself.
 func (n *Node) Forward(args [][]byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
 	defer cancel()
+	var last error = ErrNoLeader
 	for {
 		changed := n.events.wait()
-		if id, addr, ok := n.Leader(); ok && addr != "" && id != n.opts.ID {
+		id, addr, ok := n.Leader()
+		switch {
+		case n.raft.State() == raft.Leader:
+			return nil, ErrLeaderHere
+		case ok && addr != "" && id != n.opts.ID:
 			raw, err := n.remote.Relay(ctx, addr, args)
-			if err == nil {
+			switch {
+			case err == nil && !bytes.HasPrefix(raw, notLeaderReply):
 				return raw, nil
-			}
-			if ctx.Err() != nil {
+			case err == nil:
+				last = ErrNoLeader // a deposed leader: wait for the next
+			case ctx.Err() != nil:
 				return nil, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
+			default:
+				last = &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " unreachable: " + err.Error()}
 			}
 		}
 		if err := n.pause(ctx, changed, 50*time.Millisecond); err == ErrShutdown {
 			return nil, err
 		} else if err != nil {
-			return nil, ErrNoLeader
+			return nil, last
 		}
 	}
 }
+
+// NotLeaderReply starts the refusal of a node that receives a relayed
+// command (on a connection named with ForwardPrefix) but does not lead.
+const NotLeaderReply = "TRYAGAIN not the leader"
+
+var notLeaderReply = []byte("-" + NotLeaderReply)
 
 // pause waits for ch, for d, for ctx to end or for shutdown, and says why
 // it ended early: ctx.Err() or ErrShutdown; nil otherwise.

@@ -374,3 +374,39 @@ func TestRestartWithoutQuorumServesTheLastTree(t *testing.T) {
 		t.Fatal("ready without a leader")
 	}
 }
+
+// A relayed read that meets a node which no longer leads is relayed again
+// once a leader is known, never answered with that node's refusal; a node
+// that leads itself is told to serve the command (ErrLeaderHere).
+func TestRelayRetriesAStaleLeaderAndStopsAtHome(t *testing.T) {
+	nodes, _ := cluster(t, 3, nil)
+	var leader, follower *Node
+	for _, n := range nodes {
+		if n.IsLeader() {
+			leader = n
+		} else {
+			follower = n
+		}
+	}
+	if leader == nil || follower == nil {
+		t.Fatal("no leader and follower")
+	}
+	if _, err := leader.Forward([][]byte{[]byte("RL.BUDGET"), []byte("GET"), []byte("a"), []byte("CONSISTENT")}); err != ErrLeaderHere {
+		t.Fatalf("relay on the leader: %v, want ErrLeaderHere", err)
+	}
+	refuseRelays.Store(2)
+	defer refuseRelays.Store(0)
+	raw, err := follower.Forward([][]byte{[]byte("RL.BUDGET"), []byte("GET"), []byte("a"), []byte("CONSISTENT")})
+	if err == ErrLeaderHere && follower.IsLeader() {
+		return // an election made it the leader: it serves the read
+	}
+	if err != nil {
+		t.Fatalf("relay: %v", err)
+	}
+	if id, _, _ := follower.Leader(); string(raw) != "+"+id+"\r\n" {
+		t.Fatalf("relay answered %q", raw)
+	}
+	if refuseRelays.Load() >= 0 {
+		t.Fatal("the refusals were not met")
+	}
+}

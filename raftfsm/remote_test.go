@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // memRemote is Remote for in-process test clusters: it finds nodes by
@@ -28,9 +29,21 @@ func (r memRemote) Forward(ctx context.Context, addr string, entry []byte) (Resp
 	return n.Apply(entry)
 }
 
+// Relay answers as a node does a relayed read: the leader serves it
+// (+<its id>), another node refuses it. refuseRelays makes that many of
+// the next relays meet a node that no longer leads.
 func (r memRemote) Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error) {
-	return nil, errors.New("relay is not used by these tests")
+	n, err := r.node(addr)
+	if err != nil {
+		return nil, err
+	}
+	if !n.IsLeader() || refuseRelays.Add(-1) >= 0 {
+		return []byte("-" + NotLeaderReply + " (the read was relayed here by a node with an older view)\r\n"), nil
+	}
+	return []byte("+" + n.ID() + "\r\n"), nil
 }
+
+var refuseRelays atomic.Int64
 
 func (r memRemote) Join(ctx context.Context, addr string, m Member) error {
 	n, err := r.node(addr)
