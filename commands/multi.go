@@ -37,6 +37,10 @@ type tx struct {
 	args      [][]byte // reused to run each queued command
 	queued    atomic.Int32
 	mem       atomic.Int64
+	// held is what the queue takes of Env.ClientMemory, given back with
+	// it (endTx; Session.Close when the connection ends).
+	held    int64
+	release func(int64) bool
 }
 
 type queued struct {
@@ -123,13 +127,34 @@ func execCmd(ctx *Ctx) {
 func (s *Session) endTx() {
 	t := &s.tx
 	t.on, t.dirty, s.caching = false, false, false
-	if cap(t.arena) > 1<<20 {
+	if cap(t.arena) > keepQueue {
 		t.arena, t.spans, t.cmds = nil, nil, nil
+		t.giveBack()
 	}
 	t.arena, t.spans, t.cmds = t.arena[:0], t.spans[:0], t.cmds[:0]
 	clear(t.args)
 	t.queued.Store(-1)
 	t.mem.Store(0)
+}
+
+// keepQueue is the largest queue a connection keeps for its next
+// transaction (it still counts in the client memory bound).
+const keepQueue = 64 << 10
+
+// giveBack returns what the queue took of the client memory bound.
+func (t *tx) giveBack() {
+	if t.held != 0 && t.release != nil {
+		t.release(-t.held)
+	}
+	t.held = 0
+}
+
+// Close gives back what the session holds of the client memory bound,
+// when its connection ends.
+func (s *Session) Close() {
+	s.tx.on = false
+	s.tx.arena, s.tx.spans, s.tx.cmds = nil, nil, nil
+	s.tx.giveBack()
 }
 
 // flagTx marks the open transaction, if any, as failed: a command was
@@ -153,6 +178,15 @@ func (env *Env) queue(c redcon.Conn, s *Session, cm *Command, args [][]byte) {
 		c.WriteError("ERR transaction too large: at most " + strconv.Itoa(MaxQueuedBytes) + " bytes of queued commands; EXEC will be refused")
 		return
 	}
+	// The queue's memory counts in the bound on all clients' buffers
+	// (Env.ClientMemory): the arena grows here, by doubling, once the
+	// bound has room for it, so that many connections each queuing less
+	// than MaxQueuedBytes cannot hold any amount together.
+	if !t.reserve(env, len(t.arena)+size, len(t.spans)+len(args)) {
+		t.dirty = true
+		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
+		return
+	}
 	q := queued{cmd: cm, first: len(t.spans), argc: len(args)}
 	for _, a := range args {
 		start := len(t.arena)
@@ -163,6 +197,35 @@ func (env *Env) queue(c redcon.Conn, s *Session, cm *Command, args [][]byte) {
 	t.queued.Store(int32(len(t.cmds)))
 	t.mem.Store(int64(cap(t.arena) + 16*cap(t.spans)))
 	c.WriteString("QUEUED")
+}
+
+// reserve grows the queue to hold arena bytes and spans arguments, if
+// the client memory bound has room for the growth.
+func (t *tx) reserve(env *Env, arena, spans int) bool {
+	na, ns := cap(t.arena), cap(t.spans)
+	if arena > na {
+		na = max(arena, min(2*na, MaxQueuedBytes))
+	}
+	if spans > ns {
+		ns = max(spans, 2*ns)
+	}
+	if na == cap(t.arena) && ns == cap(t.spans) {
+		return true
+	}
+	mem := int64(na + 16*ns)
+	if env.ClientMemory != nil {
+		if !env.ClientMemory(mem - t.held) {
+			return false
+		}
+		t.release, t.held = env.ClientMemory, mem
+	}
+	if na > cap(t.arena) {
+		t.arena = append(make([]byte, 0, na), t.arena...)
+	}
+	if ns > cap(t.spans) {
+		t.spans = append(make([][2]int, 0, ns), t.spans...)
+	}
+	return true
 }
 
 // errCaching answers a command that would have its reply cached

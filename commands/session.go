@@ -361,6 +361,10 @@ type Env struct {
 	Peers Peers
 	// Service is the limiter every limiting command calls.
 	Service *limiter.Service
+	// ClientMemory, if set, takes n more bytes of the bound on every
+	// client's buffers together (--max-client-buffers), or gives -n back;
+	// it refuses growth past the bound. Queued transactions count in it.
+	ClientMemory func(n int64) bool
 
 	labels atomic.Pointer[budgetLabels]
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,4 +341,98 @@ func TestKeyFloodCannotUndoOtherLimits(t *testing.T) {
 		t.Errorf("%v live buckets at --max-buckets %d", got, maxBuckets)
 	}
 	w.check(t, strconv.Itoa(keys)+" distinct keys", rssBound, slowBound, stallBound)
+}
+
+// 100 connections each queue a large transaction (MULTI, then ECHOs of
+// 1 MiB): the queues count in --max-client-buffers with the read buffers,
+// so the server holds what the bound allows and refuses the rest (EXEC is
+// then refused). While they queue, the bystander shares two cores with
+// 100 streams (slowBound); while the transactions are held, it is served
+// as on an idle server (pingBound) and the memory stays bounded; EXEC and
+// disconnects give every queue back.
+func TestQueuedTransactionsShareTheClientBuffersBound(t *testing.T) {
+	const bound = 128 << 20
+	s := start(t, "--max-client-buffers", strconv.Itoa(bound), "--maxclients", "200")
+	const conns = 100
+	perConn := size(12, 70)
+	echo := resptest.Encode("ECHO", strings.Repeat("x", 1<<20))
+	var refused, queued atomic.Int64
+	errs := make(chan error, conns)
+	held := make([]*resptest.Client, conns)
+	fullTx := make([]bool, conns)
+	w := s.watch("")
+	var wg sync.WaitGroup
+	for i := range held {
+		c := dial(t, s.Resp)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Conn.SetDeadline(time.Now().Add(5 * time.Minute))
+			go func() {
+				c.Conn.Write(resptest.Encode("MULTI"))
+				for k := 0; k < perConn; k++ {
+					if _, err := c.Conn.Write(echo); err != nil {
+						return
+					}
+				}
+			}()
+			if got := c.Read(); got != "+OK" {
+				errs <- fmt.Errorf("MULTI: %s", got)
+				return
+			}
+			for k := 0; k < perConn; k++ {
+				switch got := c.Read(); {
+				case got == "+QUEUED":
+					queued.Add(1)
+				case strings.HasPrefix(got, "-ERR client buffers are full"):
+					refused.Add(1)
+					fullTx[i] = true
+				case strings.HasPrefix(got, "-ERR client read buffers are full"):
+					// This command's read buffer did not fit: the server
+					// closes the connection after the error.
+					refused.Add(1)
+					if !c.Closed(10 * time.Second) {
+						errs <- fmt.Errorf("the connection stayed open after %.80s", got)
+					}
+					return
+				default:
+					errs <- fmt.Errorf("ECHO %d: %.80s", k, got)
+					return
+				}
+			}
+			held[i] = c
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	w.check(t, strconv.Itoa(conns)+" transactions queuing", 3*bound+rssBound, slowBound, stallBound)
+	t.Logf("%d ECHOs queued, %d refused (bound %d MiB)", queued.Load(), refused.Load(), bound>>20)
+	if refused.Load() == 0 {
+		t.Errorf("%d connections queued %d MiB each and none was refused under a bound of %d MiB", conns, perConn, bound>>20)
+	}
+	if b := s.metric("sluice_client_buffers_bytes"); b > bound {
+		t.Errorf("client buffers of %.0f bytes, bound %d", b, bound)
+	}
+
+	// The transactions held: a bystander is served at once.
+	w = s.watch("")
+	at := w.pings.Load()
+	waitFor(t, "200 bystander PINGs", func() bool { return w.pings.Load() >= at+200 || w.failed.Load() })
+	w.check(t, strconv.Itoa(conns)+" transactions held", 3*bound+rssBound, pingBound, slowBound)
+
+	// EXEC runs or refuses each; every queue is given back.
+	for i, c := range held {
+		if c == nil {
+			continue
+		}
+		got := c.Do("EXEC")
+		if fullTx[i] && got != "-EXECABORT Transaction discarded because of previous errors." || !fullTx[i] && !strings.HasPrefix(got, "*") {
+			t.Errorf("EXEC: %.80s", got)
+		}
+		c.Conn.Close()
+	}
+	waitFor(t, "the queues' memory given back", func() bool { return s.metric("sluice_client_buffers_bytes") <= float64(4*(16<<10)) })
 }

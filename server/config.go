@@ -47,7 +47,7 @@ type Config struct {
 	MaxKeyLen            int
 	MaxBulkLen           int
 	MaxArgs              int
-	MaxClientBuffers     int // bytes of every connection's read buffer together
+	MaxClientBuffers     int // bytes of every connection's read buffer and queued transaction together
 	Shards               int
 	SyncInterval         time.Duration
 	ApplyTimeout         time.Duration
@@ -149,7 +149,7 @@ var settings = []setting{
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
-	{name: "max-client-buffers", def: "1073741824", usage: "maximum bytes of every client connection's read buffer together; a command that would grow them past it is refused and its connection closed", bind: num(func(c *Config) *int { return &c.MaxClientBuffers })},
+	{name: "max-client-buffers", def: "1073741824", usage: "maximum bytes of every client connection's read buffer and queued transaction together; a command that would grow a read buffer past it is refused and its connection closed, one that would grow a transaction's queue is refused", bind: num(func(c *Config) *int { return &c.MaxClientBuffers })},
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
 	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
 	{name: "apply-timeout", def: "5s", usage: "how long a configuration write may wait for a leader and its commit", bind: dur(func(c *Config) *time.Duration { return &c.ApplyTimeout })},

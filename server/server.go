@@ -59,8 +59,8 @@ type Server struct {
 	grpc     *grpc.Server
 	grpcLn   net.Listener
 	draining atomic.Bool
-	// buffers is the bytes of every connection's read buffer together,
-	// bounded by --max-client-buffers.
+	// buffers is the bytes of every connection's read buffer and queued
+	// transaction together, bounded by --max-client-buffers.
 	buffers  atomic.Int64
 	shutdown chan struct{}
 	done     chan struct{}
@@ -92,6 +92,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		SyncInterval: cfg.SyncInterval,
 	}
 	s.env.Service = s.env.NewService()
+	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {
 		var out []commands.Setting
 		for _, kv := range s.cfg.Settings() {
@@ -111,7 +112,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(store.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_connected_clients", Help: "Connected RESP clients."},
 			func() float64 { return float64(s.env.Clients.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer together (bounded by --max-client-buffers)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer and queued transaction together (bounded by --max-client-buffers)."},
 			func() float64 { return float64(s.buffers.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Full buckets dropped at --max-buckets to make room for new ones (nothing is lost).", ConstLabels: prometheus.Labels{"kind": "full"}},
 			func() float64 { return float64(store.Evictions()) }),
@@ -352,6 +353,7 @@ func connFD(nc net.Conn) int {
 func (s *Server) closed(c *conn, err error) {
 	if sess, ok := c.ctx.(*commands.Session); ok {
 		s.env.Clients.Remove(sess)
+		sess.Close()
 	}
 	if err != nil && !errors.Is(err, errProtocol) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) &&
 		!strings.Contains(err.Error(), "connection reset") {
