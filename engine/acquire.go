@@ -104,7 +104,9 @@ type level struct {
 	exists bool
 	lease  bool  // decided from this node's lease (lease.go)
 	credit int64 // a new lease's credit (lease.go), 0 if none
-	out    outcome
+	// creditAt is when that credit was taken.
+	creditAt int64
+	out      outcome
 }
 
 // eval looks up r's bucket (its shard locked) and decides on it.

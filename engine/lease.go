@@ -165,7 +165,8 @@ func refillTime(l *Limit, n int64) int64 {
 // A lease with no tokens may take a credit: its burst's share among the
 // members,
 // spendable at once, so that a node's first calls for a key are not refused
-// while it asks the owner. Credit is not taken from the owner's bucket:
+// while it asks the owner (and its first after a pause of creditRenewal
+// refills). Credit is not taken from the owner's bucket:
 // what a node admits from it is owed, sent with its next request, and
 // charged to the owner's bucket (which may go into debt), so over time the
 // cluster still admits what one bucket allows; at any moment it may be
@@ -203,18 +204,40 @@ func (s *Store) leaseView(sh *shard, lv *level, r *Request, now int64, st state)
 	if lv.exists && (now < st.b || sh.owed[lv.idx] > 0 || sh.credit[lv.idx] > 0) {
 		return state{b: st.b, c: st.c}, 0
 	}
+	if at, ok := sh.creditAt[lv.idx]; lv.exists && ok && now-at < creditEvery(r.Limit) {
+		return state{b: st.b, c: st.c}, 0
+	}
 	c := s.credit(r.Limit)
 	if c == 0 {
 		return state{b: st.b, c: st.c}, 0
 	}
+	lv.creditAt = now
 	return state{a: c, b: now + LeaseTTL, c: st.c}, c
+}
+
+// creditRenewal is how many times the time its bucket takes to refill a
+// lease waits before taking a new credit. A credit spent while the owner's
+// bucket is empty is charged to it as debt, but debt charged late (the
+// owner busy, the cluster loaded) can be forgiven by the refill of an
+// idle pause: the cluster admitted a credit more than one bucket would
+// have. Renewed at most once per creditRenewal refills, the credits of all
+// other nodes add at most 1/creditRenewal of the rate: the +1 % of the
+// bound (docs/accuracy.md).
+const creditRenewal = 100
+
+// creditEvery returns how long a lease under l waits between credits.
+func creditEvery(l *Limit) int64 {
+	if l.Rate <= 0 {
+		return math.MaxInt64
+	}
+	return int64(min(float64(creditRenewal)*float64(l.Burst)*float64(l.Window)/float64(l.Rate), math.MaxInt64/2))
 }
 
 // spendCredit notes cost tokens spent from lease entry i (its shard
 // locked): they come out of its credit first, and what does is owed.
 func (s *Store) spendCredit(sh *shard, i uint32, lv *level, cost int64) {
 	if lv.credit > 0 {
-		sh.credit[i] = lv.credit
+		sh.credit[i], sh.creditAt[i] = lv.credit, lv.creditAt
 		lv.credit = 0
 	}
 	c := sh.credit[i]
@@ -245,7 +268,7 @@ func (s *Store) want(lv *level, r *Request, now int64, admitted bool) {
 		i = sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), state{a: c, b: now + LeaseTTL})
 		s.live.Add(1)
 		if c > 0 {
-			sh.credit[i] = c
+			sh.credit[i], sh.creditAt[i] = c, now
 		}
 	}
 	e := sh.entry(i)

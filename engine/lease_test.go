@@ -155,9 +155,20 @@ func TestExpiredLeaseGoesBack(t *testing.T) {
 	if got := owner.Acquire(later, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 0}, 0, true).Remaining; got != left+back {
 		t.Fatalf("owner has %d after the return, want %d", got, left+back)
 	}
-	// With nothing left, the next call takes a new credit, which is owed.
+	// With nothing left, the next call takes no new credit so soon after
+	// the last (creditEvery): it is refused, and the lease asks the owner.
+	if other.Acquire(later, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false).Allowed {
+		t.Fatal("a call after the lease expired was admitted from a second credit within creditEvery")
+	}
+	asked := false
+	other.Wants(later, func(w *Want) { asked = asked || w.Tokens > 0 })
+	if !asked {
+		t.Fatal("the refused call did not ask the owner")
+	}
+	// creditEvery after the first credit, a call takes a new one, owed.
+	later = now + creditEvery(&lim)
 	if !other.Acquire(later, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false).Allowed {
-		t.Fatal("a call after the lease expired was refused though the owner has tokens")
+		t.Fatal("a call long after the last credit was refused though the owner has tokens")
 	}
 	owed := int64(0)
 	other.Wants(later, func(w *Want) { owed += w.Owed })

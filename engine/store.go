@@ -170,7 +170,9 @@ type shard struct {
 	held   map[uint32]struct{}
 	credit map[uint32]int64 // a lease's unspent credit
 	owed   map[uint32]int64 // a lease's spent credit not yet sent
-	left   map[uint32]int64 // the owner's tokens at a lease's last grant
+	// creditAt is when a lease last took a credit (creditEvery).
+	creditAt map[uint32]int64
+	left     map[uint32]int64 // the owner's tokens at a lease's last grant
 
 	qkey []byte // a quota key handed to the quota source
 	// fullUntil is, for a shard at its bound with no full bucket, the
@@ -188,6 +190,7 @@ func (sh *shard) init() {
 	sh.held = make(map[uint32]struct{})
 	sh.credit = make(map[uint32]int64)
 	sh.owed = make(map[uint32]int64)
+	sh.creditAt = make(map[uint32]int64)
 	sh.left = make(map[uint32]int64)
 }
 
@@ -301,6 +304,7 @@ func (sh *shard) unlink(pos uint32) {
 	delete(sh.wants, i)
 	delete(sh.held, i)
 	delete(sh.credit, i)
+	delete(sh.creditAt, i)
 	delete(sh.owed, i)
 	delete(sh.left, i)
 	sh.dropLimit(e.lim)

@@ -108,8 +108,9 @@ func TestAccuracyCI(t *testing.T) {
 		}
 	}
 	// The hardest scenarios: a small burst, load rotating between nodes,
+	// pulses that each start on the nodes' lease credits,
 	// a fixed window, and a small calendar quota (reservations).
-	rep := runScenarios(t, d, 100*time.Millisecond, "small-burst", "rotate-150ms", "algo-fixed_window", "quota-100-day")
+	rep := runScenarios(t, d, 100*time.Millisecond, "small-burst", "rotate-150ms", "pulse-small-burst", "algo-fixed_window", "quota-100-day")
 	for _, r := range rep.rows {
 		if r.errors > 0 {
 			t.Errorf("%s: %d error replies: %s", r.scenario, r.errors, r.errMsg)

@@ -71,6 +71,7 @@ var scenarios = []scenario{
 	{name: "rotate-150ms", about: "3x the limit, all on one node, moving to the next every 150 ms", load: 3, pattern: rotating(150 * time.Millisecond)},
 	{name: "rotate-5s", about: "3x the limit, all on one node, moving to the next every 5 s", load: 3, pattern: rotating(5 * time.Second)},
 	{name: "pulse", about: "9x the limit (3x on average) on every node for 150 ms, then nothing for 300 ms", load: 9, pattern: pulsing(150*time.Millisecond, 300*time.Millisecond)},
+	{name: "pulse-small-burst", about: "pulse, with BURST 100: each pulse starts with the nodes' lease credits", load: 9, pattern: pulsing(150*time.Millisecond, 300*time.Millisecond), burst: 100},
 	{name: "one-node", about: "3x the limit, all on the first node", load: 3, pattern: firstNode},
 	{name: "small-burst", about: "even, with BURST 10", load: 3, pattern: everyNode, burst: 10},
 	{name: "large-burst", about: "even, with BURST 1000", load: 3, pattern: everyNode, burst: 1000},
