@@ -474,10 +474,20 @@ func (n *Node) Write(e *Entry) (Response, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
 	defer cancel()
 	resp, err := n.propose(ctx, b)
-	if err == nil && !n.waitApplied(ctx, resp.Index) {
+	if err != nil {
+		return resp, err
+	}
+	// Committed: this node normally applies it within milliseconds. A
+	// commit that came late in the write's time still gets a while here.
+	if dl, _ := ctx.Deadline(); time.Until(dl) < n.opts.ApplyTimeout/2 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), n.opts.ApplyTimeout/2)
+		defer cancel()
+	}
+	if !n.waitApplied(ctx, resp.Index) {
 		return Response{}, NotAppliedError(resp.Index)
 	}
-	return resp, err
+	return resp, nil
 }
 
 // NotAppliedError is a write's reply when the leader committed it but

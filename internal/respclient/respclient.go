@@ -106,7 +106,8 @@ func (cl *Client) timeout() time.Duration {
 }
 
 // getDial returns an idle connection to addr, or dials and greets a new
-// one: dialling within dial, the handshake within dial again, both ended
+// one: dialling within dial, the handshake within dial again (at least
+// minGreeting), both ended
 // early by ctx (its deadline, or its cancellation: a forward whose leader
 // changed must not wait on a frozen one's AUTH reply).
 func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) (*conn, error) {
@@ -156,7 +157,9 @@ func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) 
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	deadline := cl.until(ctx, dial)
+	// A greeting on a loaded machine may take longer than a dial; a frozen
+	// peer's is ended by ctx (a forward's view of the leader changed).
+	deadline := cl.until(ctx, max(dial, minGreeting))
 	for _, h := range hello {
 		raw, err := c.do(h, deadline)
 		if err == nil && len(raw) > 0 && raw[0] == '-' {
@@ -172,6 +175,9 @@ func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) 
 	}
 	return c, nil
 }
+
+// minGreeting is the least time a new connection's handshake is given.
+const minGreeting = 2 * time.Second
 
 // MaxIdle is how many idle connections a client keeps per address:
 // concurrent calls each take one, and those beyond it are closed after
