@@ -373,11 +373,18 @@ func (c *Config) Validate() error {
 	if c.TLSCA != "" && c.TLSCert == "" {
 		bad("tls-ca", "needs --tls-cert and --tls-key")
 	}
-	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}, {"budgets", c.Budgets}} {
+	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}} {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
 				bad(f.name, "cannot read %q: %v", f.path, errors.Unwrap(err))
 			}
+		}
+	}
+	if c.Budgets != "" {
+		// Read now: a node that cannot seed its budget tree must not start
+		// with an empty one.
+		if _, err := ReadBudgets(c.Budgets); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	intRange := func(name string, v, lo, hi int) {
