@@ -184,3 +184,96 @@ func TestEnvoyRulesReloadWhenTheFileChanges(t *testing.T) {
 		t.Fatalf("the same broken file was refused %d times in all, want %d", got, n)
 	}
 }
+
+// TestOperatorLogs reads the logs of a real 3-node cluster: a normal start
+// logs nothing above INFO and one line on each node naming the leader; a
+// follower killed is reported by the leader once (at most twice a minute),
+// not once per failed RPC, and once when it is back; a leadership change
+// gives one INFO line on each node.
+func TestOperatorLogs(t *testing.T) {
+	var ms []*member
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
+		ms = append(ms, m)
+		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
+	}
+	peerList := strings.Join(peers, ",")
+	for _, m := range ms {
+		m.start(t, peerList)
+	}
+	l := leader(t, ms)
+	term := l.info(t)["term"]
+	// One line on each node for this leader and term.
+	lineFor := func(m *member, leaderID, term string) string {
+		if m.id == leaderID {
+			return "msg=\"became leader\" component=raft term=" + term + " leader_id=" + leaderID
+		}
+		return "msg=\"following leader\" component=raft term=" + term + " leader_id=" + leaderID
+	}
+	for _, m := range ms {
+		want := lineFor(m, l.id, term)
+		eventually(t, 10*time.Second, m.id+" to log the leader", func() bool { return logCount(m.p, want) == 1 })
+		for _, bad := range []string{"level=WARN", "level=ERROR"} {
+			if strings.Contains(m.p.Log(), bad) && l.info(t)["term"] == term {
+				t.Fatalf("%s logged %s on a normal start:\n%s", m.id, bad, m.p.Log())
+			}
+		}
+	}
+
+	// Kill -9 a follower; watch the leader's log for a while.
+	var f *member
+	for _, m := range ms {
+		if m != l {
+			f = m
+			break
+		}
+	}
+	f.p.cmd.Process.Kill()
+	<-f.p.exited
+	down := "peer=" + f.id + " raft=" + f.raft
+	eventually(t, 10*time.Second, "the leader to report the peer down", func() bool {
+		return logCount(l.p, "msg=\"peer unreachable\" component=raft "+down) == 1
+	})
+	// Raft retries the dead peer many times a second; over this window
+	// the leader says so at most once more (the rule is: once, then at
+	// most once a minute).
+	window := time.Now().Add(15 * time.Second)
+	for time.Now().Before(window) {
+		time.Sleep(250 * time.Millisecond)
+		if n := logCount(l.p, down); n > 2 {
+			t.Fatalf("the leader logged the dead peer %d times:\n%s", n, l.p.Log())
+		}
+	}
+	for _, m := range ms {
+		if m != f && strings.Contains(m.p.Log(), "level=ERROR") {
+			t.Fatalf("%s logged an ERROR for a dead follower:\n%s", m.id, m.p.Log())
+		}
+	}
+	// Back: one line.
+	f.start(t, peerList)
+	if inf := l.info(t); inf["leader_id"] == l.id {
+		eventually(t, 15*time.Second, "the leader to report the peer back", func() bool {
+			return logCount(l.p, "msg=\"peer reachable again\" component=raft "+down) == 1 || l.info(t)["leader_id"] != l.id
+		})
+	}
+
+	// A leadership change (the leader stops and hands over): one line on
+	// each remaining node for the new leader and term.
+	l = leader(t, ms)
+	if err := l.p.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var rest []*member
+	for _, m := range ms {
+		if m != l {
+			rest = append(rest, m)
+		}
+	}
+	nl := leader(t, rest)
+	nterm := nl.info(t)["term"]
+	for _, m := range rest {
+		want := lineFor(m, nl.id, nterm)
+		eventually(t, 10*time.Second, m.id+" to log the new leader", func() bool { return logCount(m.p, want) == 1 })
+	}
+}
