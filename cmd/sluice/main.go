@@ -73,7 +73,7 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return 0
 	}
 	if err != nil {
-		stderr.Write(usage.Bytes())
+		// One line naming the flag, never the whole usage.
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
 	}
