@@ -350,6 +350,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %s", in, err, want)
 		}
 	}
+	if _, err := ParseKeywords(bytesArgs("RATE 5 BURST 5 burst 9")); err == nil || err.Error() != "ERR BURST given twice" {
+		t.Fatalf("BURST twice: %v", err)
+	}
 	if _, err := ParseKeywords([][]byte{[]byte("RATE"), []byte("5"), []byte("FROB"), []byte("x")}); err == nil || err.Error() != "ERR syntax error near 'FROB'" {
 		t.Errorf("keywords: %v", err)
 	}

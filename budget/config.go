@@ -489,8 +489,13 @@ func ParseKeywords(args [][]byte) (Config, error) {
 	js := configJSON{}
 	str := func(b []byte) *string { s := string(b); return &s }
 	num := func(b []byte) *number { n := number(b); return &n }
+	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		kw := strings.ToUpper(string(args[i]))
+		if seen[kw] {
+			return Config{}, errf("%s given twice", printable([]byte(kw)))
+		}
+		seen[kw] = true
 		if i+1 >= len(args) {
 			return Config{}, errf("syntax error: %s needs a value", printable(args[i]))
 		}

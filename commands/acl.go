@@ -31,8 +31,9 @@ func (a *Auth) list() []aclUser {
 	if !a.Required() {
 		return []aclUser{{name: "default", role: RoleAdmin}}
 	}
-	out := make([]aclUser, 0, len(a.users))
-	for n, c := range a.users {
+	users := a.current()
+	out := make([]aclUser, 0, len(users))
+	for n, c := range users {
 		out = append(out, aclUser{name: n, role: c.role, hash: hex.EncodeToString(c.hash[:])})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })

@@ -131,6 +131,9 @@ func intArg(b []byte, name string, lo, hi int64) (int64, string) {
 	return n, ""
 }
 
+// twice is the reply to an option given more than once.
+func twice(name string) string { return errPrefix + name + " given twice" }
+
 func rangeErr(name string, lo, hi int64) string {
 	return errPrefix + name + " must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)
 }

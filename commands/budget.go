@@ -99,6 +99,9 @@ func budgetCmd(ctx *Ctx) {
 		replace, ifEmpty := false, false
 		for _, opt := range a[3:] {
 			switch {
+			case eq(opt, "REPLACE") && replace, eq(opt, "IFEMPTY") && ifEmpty:
+				ctx.Conn.WriteError(twice(strings.ToUpper(string(opt))))
+				return
 			case eq(opt, "REPLACE"):
 				replace = true
 			case eq(opt, "IFEMPTY"):

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/raftfsm"
 )
 
 // The keyspace commands let operators and tools (redis-cli --scan) look at
@@ -29,6 +30,42 @@ func keyCommands() []*Command {
 
 const quotaKeyName = "quota:"
 
+// committedQuotas is the replicated state's quota counters (a
+// *raftfsm.FSM). A quota counter is in the keyspace once the cluster has
+// committed it (within --sync-interval of its first count): the store's
+// quota entries are this node's counts on their way there, so SCAN and
+// DBSIZE name each counter once, from the replicated state, and every
+// node shows the same counters.
+type committedQuotas interface {
+	QuotaCounters() int
+	ScanQuotas(part int, f func(it raftfsm.QuotaItem))
+	Quota(key string) (raftfsm.QuotaItem, bool)
+}
+
+// committed returns the node's committed quota counters, or nil on a
+// store without a replicated state (whose quota counters are its own).
+func (ctx *Ctx) committed() committedQuotas {
+	q, _ := ctx.Env.Service.Quotas.(committedQuotas)
+	return q
+}
+
+// keyCount is DBSIZE's figure: live buckets, with the committed quota
+// counters in place of the store's quota entries.
+func (ctx *Ctx) keyCount() int {
+	st := ctx.Env.Store
+	q := ctx.committed()
+	if q == nil {
+		return st.Len()
+	}
+	return max(st.Len()-st.QuotaLen(), 0) + q.QuotaCounters()
+}
+
+// scanQuotaPhase marks a SCAN cursor that has gone through the store and
+// is in the committed quota counters: the low bits are the next part.
+// Store cursors stay far below it (a shard number under 2^12, shifted by
+// 32).
+const scanQuotaPhase = 1 << 62
+
 // keyName appends the name SCAN shows for a stored key.
 func keyName(b []byte, space engine.Space, key []byte) []byte {
 	if space == engine.SpaceQuota && len(key) >= 2 {
@@ -49,7 +86,15 @@ func (ctx *Ctx) lookupKey(name []byte) (algo engine.Algo, idle int64, ok bool) {
 	if len(name) > len(quotaKeyName) && string(name[:len(quotaKeyName)]) == quotaKeyName {
 		level := name[len(quotaKeyName):]
 		for _, p := range []string{"b|", "i|"} {
-			if algo, idle, ok = st.Inspect(engine.SpaceQuota, append([]byte(p), level...)); ok {
+			key := append([]byte(p), level...)
+			// A committed counter lives until its period ends, whatever
+			// this node still holds of it.
+			if q := ctx.committed(); q != nil {
+				if it, found := q.Quota(string(key)); found && it.End > ctx.Now() {
+					return engine.Quota, it.End, true
+				}
+			}
+			if algo, idle, ok = st.Inspect(engine.SpaceQuota, key); ok {
 				return
 			}
 		}
@@ -71,7 +116,10 @@ func ttlCmd(ctx *Ctx) {
 		ctx.Conn.WriteInt(-2)
 		return
 	}
-	ms := engine.CeilMs(max(idle-ctx.Now(), 0))
+	var ms int64
+	if now := ctx.Now(); idle > now { // idle may be math.MinInt64: no subtraction below now
+		ms = engine.CeilMs(idle - now)
+	}
 	if ctx.Cmd.Name == "TTL" {
 		ctx.Conn.WriteInt64((ms + 999) / 1000)
 		return
@@ -112,7 +160,7 @@ func scanCmd(ctx *Ctx) {
 	}
 	var names [][]byte
 	var buf []byte
-	next := ctx.Env.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
+	add := func(space engine.Space, key []byte, algo engine.Algo) {
 		if typ != nil && !eq(typ, algo.String()) {
 			return
 		}
@@ -124,7 +172,39 @@ func scanCmd(ctx *Ctx) {
 			return
 		}
 		names = append(names, name)
-	})
+	}
+	q := ctx.committed()
+	next := cursor
+	if cursor < scanQuotaPhase {
+		next = ctx.Env.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
+			if space == engine.SpaceQuota && q != nil {
+				return // named from the committed counters below
+			}
+			count--
+			add(space, key, algo)
+		})
+		if next == 0 && q != nil {
+			next = scanQuotaPhase
+		}
+	}
+	if next >= scanQuotaPhase {
+		// The committed counters, a whole part at a time (COUNT is a
+		// hint, as in Redis), so that the cursor never points inside one.
+		now := ctx.Now()
+		part := int(next - scanQuotaPhase)
+		for ; part < raftfsm.QuotaParts && count > 0; part++ {
+			q.ScanQuotas(part, func(it raftfsm.QuotaItem) {
+				if it.End > now {
+					count--
+					add(engine.SpaceQuota, []byte(it.Key), engine.Quota)
+				}
+			})
+		}
+		next = scanQuotaPhase + uint64(part)
+		if part >= raftfsm.QuotaParts {
+			next = 0
+		}
+	}
 	// names alias buf, which may have moved as it grew: rebuild the slices.
 	if len(names) > 0 {
 		off := 0

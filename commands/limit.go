@@ -67,7 +67,20 @@ type limitArgs struct {
 
 func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 	la.target = args[1]
-	need := func(i int, opt string) ([]byte, string) {
+	// seen has one bit per option, so that an option given twice is
+	// refused rather than the last one silently winning.
+	var seen uint16
+	once := func(bit uint16, opt string) string {
+		if seen&bit != 0 {
+			return twice(opt)
+		}
+		seen |= bit
+		return ""
+	}
+	need := func(i int, bit uint16, opt string) ([]byte, string) {
+		if e := once(bit, opt); e != "" {
+			return nil, e
+		}
 		if i+1 >= len(args) {
 			return nil, "ERR syntax error: " + opt + " needs a value"
 		}
@@ -79,12 +92,12 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 		var e string
 		switch {
 		case allowed&optLimit != 0 && eq(a, "RATE"):
-			if v, e = need(i, "RATE"); e == "" {
+			if v, e = need(i, 1<<0, "RATE"); e == "" {
 				la.rate, e = intArg(v, "RATE", 1, engine.MaxRate)
 				la.hasRate = true
 			}
 		case allowed&optLimit != 0 && eq(a, "PER"):
-			if v, e = need(i, "PER"); e == "" {
+			if v, e = need(i, 1<<1, "PER"); e == "" {
 				var ok bool
 				if la.per, ok = engine.ParseWindow(v); !ok || la.per < engine.MinWindow || la.per > engine.MaxWindow {
 					e = "ERR PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d"
@@ -92,12 +105,12 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 				la.hasPer = true
 			}
 		case allowed&optLimit != 0 && eq(a, "BURST"):
-			if v, e = need(i, "BURST"); e == "" {
+			if v, e = need(i, 1<<2, "BURST"); e == "" {
 				la.burst, e = intArg(v, "BURST", 1, engine.MaxBurst)
 				la.hasBurst = true
 			}
 		case allowed&optLimit != 0 && eq(a, "ALGO"):
-			if v, e = need(i, "ALGO"); e == "" {
+			if v, e = need(i, 1<<3, "ALGO"); e == "" {
 				var ok bool
 				if la.algo, ok = engine.ParseAlgo(string(v)); !ok {
 					e = "ERR ALGO must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket"
@@ -105,24 +118,25 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 				la.hasAlgo = true
 			}
 		case allowed&optCost != 0 && eq(a, "COST"):
-			if v, e = need(i, "COST"); e == "" {
+			if v, e = need(i, 1<<4, "COST"); e == "" {
 				la.cost, e = intArg(v, "COST", 0, engine.MaxCost)
 				la.hasCost = true
 			}
 		case allowed&optWait != 0 && eq(a, "WAIT"):
-			if v, e = need(i, "WAIT"); e == "" {
+			if v, e = need(i, 1<<5, "WAIT"); e == "" {
 				la.waitMs, e = intArg(v, "WAIT", 0, MaxWaitMs)
 				la.hasWait = true
 			}
 		case allowed&optSubject != 0 && eq(a, "KEY"):
-			if v, e = need(i, "KEY"); e == "" {
+			if v, e = need(i, 1<<6, "KEY"); e == "" {
 				la.subject = v
 			}
 		case allowed&optDryRun != 0 && eq(a, "DRYRUN"):
+			e = once(1<<8, "DRYRUN")
 			la.dryRun = true
 			i-- // takes no value
 		case allowed&(optLimit|optQuota) != 0 && eq(a, "QUOTA"):
-			if v, e = need(i, "QUOTA"); e == "" {
+			if v, e = need(i, 1<<7, "QUOTA"); e == "" {
 				i, e = la.parseQuota(args, i)
 				i-- // the loop steps over the last value
 			}

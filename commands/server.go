@@ -175,7 +175,7 @@ func commandCmd(ctx *Ctx) {
 	}
 }
 
-func dbsizeCmd(ctx *Ctx) { ctx.Conn.WriteInt(ctx.Env.Store.Len()) }
+func dbsizeCmd(ctx *Ctx) { ctx.Conn.WriteInt(ctx.keyCount()) }
 
 func timeCmd(ctx *Ctx) {
 	now := time.Now()

@@ -283,7 +283,9 @@ func (s *Session) Line(now time.Time) string {
 
 // Auth holds the credentials clients may present.
 type Auth struct {
-	users map[string]credential
+	// users is replaced whole when the ACL file is reloaded; readers see
+	// the old set or the new one, never a mix.
+	users atomic.Pointer[map[string]credential]
 }
 
 type credential struct {
@@ -295,15 +297,25 @@ type credential struct {
 // "default" as admin, plus the ACL users (name → role and SHA-256 of the
 // password).
 func NewAuth(requirepass string, acl []ACLUser) *Auth {
-	a := &Auth{users: map[string]credential{}}
-	if requirepass != "" {
-		a.users["default"] = credential{hash: sha256.Sum256([]byte(requirepass)), role: RoleAdmin}
-	}
-	for _, u := range acl {
-		a.users[u.Name] = credential{hash: u.Hash, role: u.Role}
-	}
+	a := &Auth{}
+	a.Replace(requirepass, acl)
 	return a
 }
+
+// Replace puts new credentials in force for the next authentication;
+// connections already authenticated keep their user and role.
+func (a *Auth) Replace(requirepass string, acl []ACLUser) {
+	users := map[string]credential{}
+	if requirepass != "" {
+		users["default"] = credential{hash: sha256.Sum256([]byte(requirepass)), role: RoleAdmin}
+	}
+	for _, u := range acl {
+		users[u.Name] = credential{hash: u.Hash, role: u.Role}
+	}
+	a.users.Store(&users)
+}
+
+func (a *Auth) current() map[string]credential { return *a.users.Load() }
 
 // ACLUser is one user of the ACL file.
 type ACLUser struct {
@@ -313,12 +325,12 @@ type ACLUser struct {
 }
 
 // Required reports whether clients must authenticate.
-func (a *Auth) Required() bool { return a != nil && len(a.users) > 0 }
+func (a *Auth) Required() bool { return a != nil && len(a.current()) > 0 }
 
 // Check verifies a password in constant time (for a known user) and
 // returns the user's role.
 func (a *Auth) Check(user, pass []byte) (Role, bool) {
-	c, ok := a.users[string(user)]
+	c, ok := a.current()[string(user)]
 	h := sha256.Sum256(pass)
 	if !ok {
 		// Compare anyway so that unknown users cost the same time.

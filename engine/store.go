@@ -81,6 +81,16 @@ func New(o Options) *Store {
 // Len returns the number of live buckets.
 func (s *Store) Len() int { return int(s.live.Load()) }
 
+// QuotaLen returns the number of live quota counters among Len's buckets:
+// counts this node has not yet committed, or has just committed.
+func (s *Store) QuotaLen() int {
+	n := 0
+	for i := range s.shards {
+		n += int(s.shards[i].quotas.Load())
+	}
+	return n
+}
+
 // Evictions returns how many full buckets were dropped to make room for
 // new ones (nothing is lost by that).
 func (s *Store) Evictions() uint64 { return s.evictedFull.Load() }
@@ -175,6 +185,9 @@ type shard struct {
 	left     map[uint32]int64 // the owner's tokens at a lease's last grant
 
 	qkey []byte // a quota key handed to the quota source
+	// quotas is the number of live entries in SpaceQuota, read without
+	// the lock by QuotaLen.
+	quotas atomic.Int32
 	// fullUntil is, for a shard at its bound with no full bucket, the
 	// earliest time one of them may be full: new buckets are refused
 	// before it without scanning.
@@ -250,6 +263,9 @@ func (sh *shard) insert(h hashed, key []byte, lim uint32, st state) uint32 {
 	}
 	*sh.entry(i) = entry{koff: sh.addKey(key), klen: uint16(len(key)), tag: h.tag, space: h.space, lim: lim, hlo: h.hlo, st: st}
 	sh.count++
+	if h.space == SpaceQuota {
+		sh.quotas.Add(1)
+	}
 	if sh.count*4 > len(sh.index)*3 {
 		sh.resize(len(sh.index) * 2)
 	}
@@ -308,6 +324,9 @@ func (sh *shard) unlink(pos uint32) {
 	delete(sh.owed, i)
 	delete(sh.left, i)
 	sh.dropLimit(e.lim)
+	if e.space == SpaceQuota {
+		sh.quotas.Add(-1)
+	}
 	sh.live -= int(e.klen)
 	sh.dead += int(e.klen)
 	*e = entry{st: state{a: int64(sh.free)}}

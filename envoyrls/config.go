@@ -2,6 +2,8 @@ package envoyrls
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -223,25 +225,9 @@ func wildcardMatch(parts []string, value string) bool {
 // file, or every *.yaml and *.yml file of a directory (not recursing), in
 // name order. Errors name the file and line.
 func LoadConfig(path string) (*Config, error) {
-	st, err := os.Stat(path)
+	files, err := configFiles(path)
 	if err != nil {
-		return nil, fmt.Errorf("--envoy-config: %v", err)
-	}
-	files := []string{path}
-	if st.IsDir() {
-		files = nil
-		ents, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("--envoy-config: %v", err)
-		}
-		for _, e := range ents {
-			if n := e.Name(); !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-				files = append(files, filepath.Join(path, n))
-			}
-		}
-		if len(files) == 0 {
-			return nil, fmt.Errorf("--envoy-config: no .yaml or .yml file in the directory %s", path)
-		}
+		return nil, err
 	}
 	c := &Config{domains: map[string]*domainRules{}}
 	for _, f := range files {
@@ -254,6 +240,54 @@ func LoadConfig(path string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// configFiles lists the files LoadConfig reads from path. It stats the
+// path each time (not a descriptor kept open), so that a directory or file
+// replaced through a symbolic link, as Kubernetes swaps a ConfigMap, is
+// read anew.
+func configFiles(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--envoy-config: %v", err)
+	}
+	if !st.IsDir() {
+		return []string{path}, nil
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("--envoy-config: %v", err)
+	}
+	var files []string
+	for _, e := range ents {
+		if n := e.Name(); !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			files = append(files, filepath.Join(path, n))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("--envoy-config: no .yaml or .yml file in the directory %s", path)
+	}
+	return files, nil
+}
+
+// Fingerprint returns a digest of the names and contents of the files
+// LoadConfig would read from path: it changes when, and only when, what
+// LoadConfig would load may have changed.
+func Fingerprint(path string) (string, error) {
+	files, err := configFiles(path)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("--envoy-config: %v", err)
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // ParseConfig reads configuration from YAML documents in memory; name is

@@ -17,6 +17,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -46,8 +47,10 @@ const KeyPrefix = "envoy/"
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	svc     *limiter.Service
-	cfg     *Config
+	svc *limiter.Service
+	// cfg is the loaded configuration (nil: none), replaced whole by
+	// SetConfig; a request reads it once, into its work.
+	cfg     atomic.Pointer[Config]
 	metrics *Metrics
 	// MaxKeyLen bounds the keys and paths a descriptor builds (--max-key-len).
 	maxKeyLen int
@@ -57,10 +60,18 @@ type Server struct {
 // NewServer returns the Envoy front of svc with the loaded configuration
 // cfg (nil: every domain maps onto the budget tree); m may be nil.
 func NewServer(svc *limiter.Service, cfg *Config, m *Metrics, maxKeyLen int) *Server {
-	s := &Server{svc: svc, cfg: cfg, metrics: m, maxKeyLen: maxKeyLen}
+	s := &Server{svc: svc, metrics: m, maxKeyLen: maxKeyLen}
+	s.cfg.Store(cfg)
 	s.pool.New = func() any { return new(work) }
 	return s
 }
+
+// SetConfig puts a newly loaded configuration in force for the next
+// request; requests under way finish with the one they began with.
+func (s *Server) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+
+// Config returns the configuration in force (nil: none).
+func (s *Server) Config() *Config { return s.cfg.Load() }
 
 // kind is how one descriptor is limited.
 type kind uint8
@@ -103,12 +114,14 @@ type work struct {
 	group []budget.Call
 	buf   []byte
 	sc    limiter.Scratch
+	cfg   *Config // the configuration this request is decided by
 }
 
-func (s *Server) domainLabel(domain string, p []part) string {
-	if s.cfg.HasDomain(domain) {
+func (s *Server) domainLabel(domain string, w *work) string {
+	if w.cfg.HasDomain(domain) {
 		return domain
 	}
+	p := w.parts
 	for i := range p {
 		if p[i].kind != noLimit {
 			return domain
@@ -131,6 +144,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	w := s.pool.Get().(*work)
 	defer s.pool.Put(w)
+	w.cfg = s.cfg.Load()
 	resp, err := s.decide(req, w)
 	if err != nil {
 		return nil, err
@@ -332,8 +346,8 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 		}
 		return s.inlineKey(domain, entries, nil, p, w)
 	}
-	if s.cfg.HasDomain(domain) {
-		r := s.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
+	if w.cfg.HasDomain(domain) {
+		r := w.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
 		if r == nil {
 			return nil
 		}
@@ -378,7 +392,7 @@ func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w 
 	var shared [budget.MaxParts]string
 	if r != nil {
 		// The rules down to r, from the leaf up, say which values are shared.
-		s.sharedPatterns(domain, entries, shared[:])
+		s.sharedPatterns(w.cfg, domain, entries, shared[:])
 	}
 	for i, e := range entries {
 		w.buf = append(append(append(w.buf, '/'), e.GetKey()...), '=')
@@ -397,8 +411,8 @@ func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w 
 
 // sharedPatterns sets shared[i] to the value pattern of the rule matched
 // by entry i when that rule shares its threshold (share_threshold).
-func (s *Server) sharedPatterns(domain string, entries []*entry, shared []string) {
-	d := s.cfg.domains[domain]
+func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, shared []string) {
+	d := cfg.domains[domain]
 	set := d.rules
 	for i, e := range entries {
 		kr := set[e.GetKey()]
@@ -507,11 +521,11 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 		resp.Statuses[i] = st
 		switch p.kind {
 		case noLimit:
-			s.count(req.Domain, w.parts, "", "no_limit")
+			s.count(w, req.Domain, "", "no_limit")
 			continue
 		case unlimited:
 			st.LimitRemaining = math.MaxUint32
-			s.count(req.Domain, w.parts, p.metric, "unlimited")
+			s.count(w, req.Domain, p.metric, "unlimited")
 			continue
 		}
 		st.Code = p.code
@@ -527,7 +541,7 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 		case p.code == rlsv3.RateLimitResponse_OVER_LIMIT:
 			result = "over_limit"
 		}
-		s.count(req.Domain, w.parts, p.metric, result)
+		s.count(w, req.Domain, p.metric, result)
 		if p.kind == shadow || p.kind == refund || p.limit < 0 {
 			continue
 		}
@@ -562,7 +576,7 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 			}
 		}
 	}
-	s.countRequest(req.Domain, w.parts, admitted)
+	s.countRequest(w, req.Domain, admitted)
 	return resp
 }
 
@@ -581,19 +595,19 @@ type statusBlock struct {
 	reset durationpb.Duration
 }
 
-func (s *Server) count(domain string, parts []part, descriptor, result string) {
+func (s *Server) count(w *work, domain, descriptor, result string) {
 	if s.metrics != nil {
-		s.metrics.descriptor(s.domainLabel(domain, parts), descriptor, result)
+		s.metrics.descriptor(s.domainLabel(domain, w), descriptor, result)
 	}
 }
 
-func (s *Server) countRequest(domain string, parts []part, admitted bool) {
+func (s *Server) countRequest(w *work, domain string, admitted bool) {
 	if s.metrics != nil {
 		res := "ok"
 		if !admitted {
 			res = "over_limit"
 		}
-		s.metrics.request(s.domainLabel(domain, parts), res)
+		s.metrics.request(s.domainLabel(domain, w), res)
 	}
 }
 

@@ -194,6 +194,23 @@ func (f *FSM) SetQuotaObserver(o QuotaObserver) { f.quotaObs.Store(&o) }
 // QuotaCounters returns the number of committed quota counters.
 func (f *FSM) QuotaCounters() int { return f.quotas.Len() }
 
+// QuotaParts is the number of parts ScanQuotas divides the committed quota
+// counters into.
+const QuotaParts = len(quotaTable{}.shards)
+
+// ScanQuotas calls f with each committed quota counter of one part (0 ≤
+// part < QuotaParts), under that part's read lock: f must not call back
+// into the FSM. A counter lives in one part for its whole life, so a scan
+// part by part sees each counter that lives throughout exactly once.
+func (f *FSM) ScanQuotas(part int, fn func(it QuotaItem)) {
+	sh := &f.quotas.shards[part]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	for _, it := range sh.m {
+		fn(it)
+	}
+}
+
 // SetMaxQuotaCounters sets the number of committed quota counters above
 // which QuotaRoom refuses new ones (0: no limit). It is this node's
 // setting, not replicated state.

@@ -105,6 +105,10 @@ type Node struct {
 	readTerm  atomic.Uint64
 	removed   atomic.Bool
 	wasMember atomic.Bool
+	// peers folds raft's lines about unreachable peers (logs.go); seen is
+	// the leader and term last logged.
+	peers *peerLog
+	seen  string
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -173,12 +177,12 @@ func Open(o Options) (*Node, error) {
 	if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	hl := raftLogger(o.Logger, o.LogLevel)
+	hl, peers := raftLogger(o.Logger, o.LogLevel)
 	if o.Remote == nil {
 		o.Remote = noRemote{}
 	}
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
-		remote: o.Remote}
+		remote: o.Remote, peers: peers}
 	// Write ids continue across restarts (the clock has moved on), so a
 	// restarted node's writes are never mistaken for its earlier ones.
 	n.seq.Store(uint64(time.Now().UnixNano()))
@@ -272,7 +276,7 @@ func Open(o Options) (*Node, error) {
 	obs := make(chan raft.Observation, 16)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState:
+		case raft.LeaderObservation, raft.RaftState, raft.ResumedHeartbeatObservation:
 			return true
 		}
 		return false
@@ -295,6 +299,8 @@ func Open(o Options) (*Node, error) {
 		n.wg.Add(1)
 		go n.catchUp(n.raft.CurrentTerm())
 	}
+	idOf := n.idOf
+	n.peers.idOf.Store(&idOf)
 	go n.watch(obs)
 	go n.relayNotify()
 	go n.register()
@@ -302,47 +308,6 @@ func Open(o Options) (*Node, error) {
 	n.log.Info("raft started", "id", o.ID, "raft", o.RaftAddr, "existing_state", existing,
 		"bootstrap_peers", len(o.Peers), "join", o.Join)
 	return n, nil
-}
-
-// raftLogger routes hashicorp/raft's hclog lines into slog, so that every
-// line the process writes has one format (text or JSON). Raft's info lines
-// are chatty; unless level is "debug" only its warnings and errors pass.
-func raftLogger(l *slog.Logger, level string) hclog.Logger {
-	minLevel := hclog.Warn
-	if strings.EqualFold(level, "debug") {
-		minLevel = hclog.Debug
-	}
-	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Level: minLevel, Output: io.Discard})
-	il.RegisterSink(slogSink{l: l, min: minLevel})
-	return il
-}
-
-type slogSink struct {
-	l   *slog.Logger
-	min hclog.Level
-}
-
-func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...any) {
-	if level < s.min || level == hclog.Off {
-		return
-	}
-	lv := slog.LevelInfo
-	switch {
-	case level <= hclog.Debug:
-		lv = slog.LevelDebug
-	case level == hclog.Warn:
-		lv = slog.LevelWarn
-	case level >= hclog.Error:
-		lv = slog.LevelError
-	}
-	for i, a := range args {
-		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
-			if format, ok := f[0].(string); ok {
-				args[i] = fmt.Sprintf(format, f[1:]...)
-			}
-		}
-	}
-	s.l.Log(context.Background(), lv, msg, append([]any{"logger", name}, args...)...)
 }
 
 // checkAddress refuses to run a known node id at a new Raft address: the
@@ -938,6 +903,13 @@ func (n *Node) watch(obs chan raft.Observation) {
 		case <-n.stop:
 			return
 		case o := <-obs:
+			switch d := o.Data.(type) {
+			case raft.ResumedHeartbeatObservation:
+				n.peers.resumed(n.addrOf(string(d.PeerID)))
+				continue
+			case raft.LeaderObservation:
+				n.logLeader(d)
+			}
 			n.events.fire()
 			if st, ok := o.Data.(raft.RaftState); ok && st == raft.Leader {
 				n.wg.Add(1)
@@ -945,6 +917,51 @@ func (n *Node) watch(obs chan raft.Observation) {
 			}
 		}
 	}
+}
+
+// logLeader says, once per leader and term, that this node became leader
+// or follows another: one INFO line on each node for a leadership change.
+func (n *Node) logLeader(o raft.LeaderObservation) {
+	if o.LeaderID == "" {
+		n.log.Debug("no leader", "term", n.raft.CurrentTerm())
+		return
+	}
+	term := n.raft.CurrentTerm()
+	key := fmt.Sprintf("%s@%d", o.LeaderID, term)
+	if key == n.seen {
+		return
+	}
+	n.seen = key
+	if o.LeaderAddr != "" {
+		n.peers.resumed(string(o.LeaderAddr)) // a peer that leads is up
+	}
+	if string(o.LeaderID) == n.opts.ID {
+		n.log.Info("became leader", "term", term, "leader_id", string(o.LeaderID))
+		return
+	}
+	n.log.Info("following leader", "term", term, "leader_id", string(o.LeaderID), "leader_raft", string(o.LeaderAddr))
+}
+
+// addrOf returns the Raft address of member id ("" if unknown).
+func (n *Node) addrOf(id string) string {
+	servers, _ := n.Servers()
+	for _, s := range servers {
+		if string(s.ID) == id {
+			return string(s.Address)
+		}
+	}
+	return ""
+}
+
+// idOf returns the id of the member at Raft address addr ("" if unknown).
+func (n *Node) idOf(addr string) string {
+	servers, _ := n.Servers()
+	for _, s := range servers {
+		if string(s.Address) == addr {
+			return string(s.ID)
+		}
+	}
+	return ""
 }
 
 func (n *Node) catchUp(term uint64) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,16 +79,55 @@ func str(get func(*Config) *string) func(*Config, *flag.FlagSet, string, string,
 
 func num(get func(*Config) *int) func(*Config, *flag.FlagSet, string, string, string) {
 	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
-		n, _ := strconv.Atoi(def)
-		fs.IntVar(get(c), name, n, usage)
+		*get(c), _ = strconv.Atoi(def)
+		fs.Var(intValue{get(c)}, name, usage)
 	}
+}
+
+// intValue is an integer setting whose error says what it got.
+type intValue struct{ p *int }
+
+func (v intValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", s)
+	}
+	*v.p = n
+	return nil
 }
 
 func dur(get func(*Config) *time.Duration) func(*Config, *flag.FlagSet, string, string, string) {
 	return func(c *Config, fs *flag.FlagSet, name, usage, def string) {
-		d, _ := time.ParseDuration(def)
-		fs.DurationVar(get(c), name, d, usage)
+		*get(c), _ = time.ParseDuration(def)
+		fs.Var(durValue{get(c)}, name, usage)
 	}
+}
+
+// durValue is a Go duration setting whose error says what it got and
+// what it takes.
+type durValue struct{ d *time.Duration }
+
+func (v durValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v durValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration; use 100ms, 1s, 2m", s)
+	}
+	*v.d = d
+	return nil
 }
 
 // seconds binds a duration given in whole seconds, as Redis's timeout is.
@@ -108,10 +148,19 @@ func (v secondsValue) String() string {
 	return strconv.FormatInt(int64(*v.d/time.Second), 10)
 }
 
+// Set takes whole seconds, as Redis does, or a Go duration (rounded up
+// to whole seconds).
 func (v secondsValue) Set(s string) error {
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > 1<<31 {
-		return fmt.Errorf("must be a whole number of seconds")
+	if err != nil {
+		d, derr := time.ParseDuration(s)
+		if derr != nil {
+			return fmt.Errorf("%q is not a number of seconds or a duration; use 30, 30s, 5m", s)
+		}
+		n = int64((d + time.Second - 1) / time.Second)
+	}
+	if n < 0 || n > 1<<31 {
+		return fmt.Errorf("%q must be between 0 and %d seconds", s, int64(1)<<31)
 	}
 	*v.d = time.Duration(n) * time.Second
 	return nil
@@ -142,8 +191,8 @@ var settings = []setting{
 	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},
 	{name: "tls-ca", def: "", usage: "CA bundle (PEM) to verify peers; enables mutual TLS between nodes", bind: str(func(c *Config) *string { return &c.TLSCA })},
 	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
-	{name: "timeout", def: "0", usage: "close a client connection idle for this many seconds (0: never), like Redis's timeout", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
-	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this many seconds after connecting, when a password is required (0: never)", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
+	{name: "timeout", def: "0", usage: "close a client connection idle this long (0: never): whole seconds, like Redis's timeout, or a duration such as 5m", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
+	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this long after connecting, when a password is required (0: never): whole seconds or a duration", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
@@ -224,7 +273,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return c, flagError(err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q (settings are flags: --name value)", fs.Arg(0))
@@ -233,6 +282,35 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	c.ConfigFile = file
 	c.from = from
 	return c, nil
+}
+
+var (
+	unknownFlag = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	badValue    = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-+([^:]*): (.*)$`)
+	noValue     = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+// flagError words a flag package error as one line naming the flag the way
+// the docs write it (--name), what it got and what it takes.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	msg := err.Error()
+	if m := unknownFlag.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("unknown flag --%s (see sluice --help)", m[1])
+	}
+	if m := noValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("--%s needs a value", m[1])
+	}
+	if m := badValue.FindStringSubmatch(msg); m != nil {
+		why := m[3]
+		if why == "parse error" { // a boolean
+			why = fmt.Sprintf("%q is not a boolean; use true or false", m[1])
+		}
+		return fmt.Errorf("--%s: %s", m[2], why)
+	}
+	return err
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {
@@ -373,11 +451,18 @@ func (c *Config) Validate() error {
 	if c.TLSCA != "" && c.TLSCert == "" {
 		bad("tls-ca", "needs --tls-cert and --tls-key")
 	}
-	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}, {"budgets", c.Budgets}} {
+	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}} {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
 				bad(f.name, "cannot read %q: %v", f.path, errors.Unwrap(err))
 			}
+		}
+	}
+	if c.Budgets != "" {
+		// Read now: a node that cannot seed its budget tree must not start
+		// with an empty one.
+		if _, err := ReadBudgets(c.Budgets); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	intRange := func(name string, v, lo, hi int) {

@@ -57,8 +57,8 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{args: []string{"--bootstrap-peers", "a=1.2.3.4:1"}, want: "--bootstrap-peers: each peer must be id=raftaddr=respaddr"},
 		{args: []string{"--tls-cert", "x.pem"}, want: "--tls-cert: and --tls-key must be given together"},
 		{env: map[string]string{"SLUICE_MAX_BUCKETS": "10"}, want: "--max-buckets: must be between 1000 and 4294967296, got 10"},
-		{env: map[string]string{"SLUICE_MAXCLIENTS": "many"}, want: "SLUICE_MAXCLIENTS: parse error"},
-		{file: "maxclients lots\n", want: "config file " + filepath.Join(dir, "bad.conf") + ": maxclients: parse error"},
+		{env: map[string]string{"SLUICE_MAXCLIENTS": "many"}, want: `SLUICE_MAXCLIENTS: "many" is not a whole number`},
+		{file: "maxclients lots\n", want: "config file " + filepath.Join(dir, "bad.conf") + ": maxclients: \"lots\" is not a whole number"},
 		{file: "colour blue\n", want: "unknown setting \"colour\""},
 	}
 	for _, c := range cases {

@@ -29,8 +29,14 @@ func (s *Server) listenGRPC() error {
 		return nil
 	}
 	var cfg *envoyrls.Config
+	var sum string
 	if s.cfg.EnvoyConfig != "" {
 		var err error
+		// The fingerprint first: a change made while loading is seen by
+		// the next check.
+		if sum, err = envoyrls.Fingerprint(s.cfg.EnvoyConfig); err != nil {
+			return err
+		}
 		if cfg, err = envoyrls.LoadConfig(s.cfg.EnvoyConfig); err != nil {
 			return err
 		}
@@ -42,7 +48,7 @@ func (s *Server) listenGRPC() error {
 	}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.grpcAuth)}
 	if s.cfg.TLSCert != "" {
-		tc, err := TLSConfig(s.cfg)
+		tc, err := s.tlsConfig()
 		if err != nil {
 			ln.Close()
 			return err
@@ -50,7 +56,11 @@ func (s *Server) listenGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, envoyrls.NewServer(s.env.Service, cfg, envoyrls.NewMetrics(s.env.Metrics.Registry), s.cfg.MaxKeyLen))
+	rls := envoyrls.NewServer(s.env.Service, cfg, envoyrls.NewMetrics(s.env.Metrics.Registry), s.cfg.MaxKeyLen)
+	rlsv3.RegisterRateLimitServiceServer(g, rls)
+	if s.cfg.EnvoyConfig != "" {
+		s.reload.rls, s.reload.envoySum = rls, sum
+	}
 	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: func() bool { return !s.draining.Load() && s.ready() }})
 	s.grpc, s.grpcLn = g, ln
 	return nil

@@ -70,6 +70,22 @@ func TestAcquireErrors(t *testing.T) {
 		{cmd("RL.ACQUIRE", strings.Repeat("x", 65), "RATE", "5"), "-ERR key is too long: 65 bytes, the limit (--max-key-len) is 64"},
 		{cmd("RL.REFUND", "k"), "-ERR wrong number of arguments for 'rl.refund' command"},
 		{cmd("RL.REFUND", "k", "RATE", "5", "BURST", "5"), "-ERR COST is required: RL.REFUND key COST n"},
+		// An option given twice is refused, whichever command and form.
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "BURST", "5", "BURST", "9"), "-ERR BURST given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "rate", "6"), "-ERR RATE given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "PER", "second", "PER", "minute"), "-ERR PER given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "ALGO", "gcra", "ALGO", "gcra"), "-ERR ALGO given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "COST", "1", "COST", "2"), "-ERR COST given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "WAIT", "1", "WAIT", "2"), "-ERR WAIT given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "DRYRUN", "DRYRUN"), "-ERR DRYRUN given twice"},
+		{cmd("RL.ACQUIRE", "k", "RATE", "5", "QUOTA", "10", "QUOTA", "20"), "-ERR QUOTA given twice"},
+		{cmd("RL.ACQUIRE", "t/a", "KEY", "u", "KEY", "v"), "-ERR KEY given twice"},
+		{cmd("RL.PEEK", "k", "RATE", "5", "BURST", "5", "BURST", "9"), "-ERR BURST given twice"},
+		{cmd("RL.REFUND", "k", "COST", "1", "COST", "2"), "-ERR COST given twice"},
+		{cmd("RL.RESET", "t/a", "KEY", "u", "KEY", "v"), "-ERR KEY given twice"},
+		{cmd("RL.QUOTA", "k", "QUOTA", "10", "QUOTA", "20"), "-ERR QUOTA given twice"},
+		{cmd("RL.BUDGET", "SET", "t", "RATE", "5", "BURST", "5", "BURST", "9"), "-ERR BURST given twice"},
+		{cmd("RL.BUDGET", "IMPORT", `{"budgets":{}}`, "REPLACE", "replace"), "-ERR REPLACE given twice"},
 		{cmd("DBSIZE"), "0"}, // nothing above changed state
 	})
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/internal/respclient"
@@ -157,17 +155,9 @@ func peerTLS(cfg Config) (server, client *tls.Config, err error) {
 // seed imports the --budgets file once a leader exists, if the tree is
 // still empty then (IFEMPTY makes concurrent seeding by several nodes safe).
 func (n *Node) seed(path string) {
-	b, err := os.ReadFile(path)
+	cfgs, err := ReadBudgets(path)
 	if err != nil {
-		n.log.Error("--budgets", "err", err)
-		return
-	}
-	cfgs, err := budget.ParseExport(b)
-	if err == nil && len(b) > commands.MaxImportBytes {
-		err = fmt.Errorf("the file is %d bytes; at most %d go in one Raft entry", len(b), commands.MaxImportBytes)
-	}
-	if err != nil {
-		n.log.Error("--budgets: not imported", "file", path, "err", err)
+		n.log.Error("budgets not imported", "err", err)
 		return
 	}
 	for attempt := 0; ; attempt++ {

@@ -319,3 +319,67 @@ func TestQuotaBatchFromTheFutureIsRefused(t *testing.T) {
 	}
 	committedQuota(t, n, "i|k", 2)
 }
+
+// TestScanAndDBSizeShowQuotaCounters: a quota counter is in the keyspace
+// while the cluster holds its usage, after this node's own count of it
+// has been committed and settled: SCAN names it once (whatever COUNT),
+// DBSIZE counts it once, TYPE and TTL describe it.
+func TestScanAndDBSizeShowQuotaCounters(t *testing.T) {
+	n := startNode(t, nil)
+	fixClock(n.Server).Advance(18 * time.Hour) // 6 h before the day ends
+	c := resptest.Dial(t, n.Server.RespAddr())
+	script(t, c, []exchange{
+		{cmd("RL.ACQUIRE", "k", "RATE", "100", "QUOTA", "3", "PER", "day"), `[1 2 3 0 21600000 "quota:k"]`},
+		{cmd("RL.ACQUIRE", "solo", "QUOTA", "5", "PER", "day"), `[1 4 5 0 21600000 "quota:solo"]`},
+	})
+	committedQuota(t, n, "i|k", 1)
+	committedQuota(t, n, "i|solo", 1)
+	testkit.WaitFor(t, 5*time.Second, "the node to settle its counts", func() bool {
+		return n.Server.env.Store.QuotaCount([]byte("i|k"), t0) == 0 && n.Server.env.Store.QuotaCount([]byte("i|solo"), t0) == 0
+	})
+	want := []string{`"k"`, `"quota:k"`, `"quota:solo"`}
+	if got := c.Do("SCAN", "0", "COUNT", "1000"); !strings.HasPrefix(got, `["0" [`) || !containsAll(got, want) || strings.Count(got, `"quota:k"`) != 1 {
+		t.Fatalf("SCAN 0 COUNT 1000: %s, want %v", got, want)
+	}
+	// One name at a time: every name once, and the scan ends.
+	seen := map[string]int{}
+	cursor := "0"
+	for i := 0; ; i++ {
+		if i > 10000 {
+			t.Fatal("SCAN COUNT 1 does not end")
+		}
+		got := c.Do("SCAN", cursor, "COUNT", "1")
+		var names string
+		if _, err := fmt.Sscanf(got, "[%q", &cursor); err != nil {
+			t.Fatalf("SCAN reply %s: %v", got, err)
+		}
+		_, names, _ = strings.Cut(got, " [")
+		for _, f := range strings.Fields(strings.TrimSuffix(names, "]]")) {
+			seen[f]++
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	if len(seen) != 3 || seen[`"k"`] != 1 || seen[`"quota:k"`] != 1 || seen[`"quota:solo"`] != 1 {
+		t.Fatalf("SCAN COUNT 1 pages named %v", seen)
+	}
+	if got := c.Do("SCAN", "0", "COUNT", "1000", "TYPE", "quota"); !containsAll(got, want[1:]) || strings.Contains(got, `"k"`) {
+		t.Fatalf("SCAN TYPE quota: %s", got)
+	}
+	script(t, c, []exchange{
+		{cmd("DBSIZE"), "3"},
+		{cmd("SCAN", "0", "COUNT", "1000", "MATCH", "quota:s*"), `["0" ["quota:solo"]]`},
+		{cmd("TYPE", "quota:solo"), "+quota"},
+		{cmd("PTTL", "quota:solo"), "21600000"},
+	})
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, x := range subs {
+		if !strings.Contains(s, x) {
+			return false
+		}
+	}
+	return true
+}

@@ -64,17 +64,15 @@ func LoadACL(path string) ([]commands.ACLUser, error) {
 	return out, nil
 }
 
-// TLSConfig builds the server-side TLS configuration. With --tls-ca, client
-// certificates signed by it are verified when presented (clients still
-// authenticate with a password), and Raft peers must present one.
-func TLSConfig(c Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %v", err)
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.TLSCA != "" {
-		pool, err := loadCA(c.TLSCA)
+// tlsConfig builds the server-side TLS configuration. The certificate is
+// read at each handshake from s.certs, so that a reload (SIGHUP) takes
+// effect for new connections. With --tls-ca, client certificates signed
+// by it are verified when presented (clients still authenticate with a
+// password), and Raft peers must present one.
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{GetCertificate: s.certs.get, MinVersion: tls.VersionTLS12}
+	if s.cfg.TLSCA != "" {
+		pool, err := loadCA(s.cfg.TLSCA)
 		if err != nil {
 			return nil, err
 		}

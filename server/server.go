@@ -66,6 +66,10 @@ type Server struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 	ready    func() bool
+	// certs is the certificate the listeners present (nil without TLS);
+	// reload what SIGHUP compares against (reload.go).
+	certs  *certSource
+	reload reloadState
 }
 
 // New builds a node from a validated config. It binds nothing yet.
@@ -76,6 +80,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	reg := commands.NewRegistry()
 	s := &Server{cfg: cfg, log: log, reg: reg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	s.aclNames(acl)
+	if cfg.TLSCert != "" {
+		if s.certs, err = newCertSource(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, err
+		}
+	}
 	store := engine.New(engine.Options{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets})
 	s.env = &commands.Env{
 		Store:     store,
@@ -182,7 +192,7 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("--resp-addr %s: %w", s.cfg.RespAddr, err)
 	}
 	if s.cfg.TLSCert != "" {
-		tc, err := TLSConfig(s.cfg)
+		tc, err := s.tlsConfig()
 		if err != nil {
 			ln.Close()
 			return err
@@ -222,6 +232,13 @@ func (s *Server) Serve() {
 			if err := s.grpc.Serve(s.grpcLn); err != nil {
 				s.log.Error("grpc server", "err", err)
 			}
+		}()
+	}
+	if s.reload.rls != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchEnvoy()
 		}()
 	}
 	s.wg.Add(2)

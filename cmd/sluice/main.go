@@ -1,6 +1,7 @@
 // Command sluice is the sluice rate-limit server. It reads its settings
 // (flags over SLUICE_* variables over --config file over defaults),
-// validates them, runs the node and stops cleanly on SIGTERM or SIGINT.
+// validates them, runs the node, re-reads its files on SIGHUP and stops
+// cleanly on SIGTERM or SIGINT.
 package main
 
 import (
@@ -72,7 +73,7 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return 0
 	}
 	if err != nil {
-		stderr.Write(usage.Bytes())
+		// One line naming the flag, never the whole usage.
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
 	}
@@ -90,15 +91,26 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		return 1
 	}
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s.String())
-	case err := <-node.Failed():
-		log.Error("node failed", "err", err)
-		node.Close()
-		return 1
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+wait:
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGHUP {
+				// Re-read the files the node was given; never stop.
+				log.Info("reloading", "signal", s.String())
+				node.Server.Reload()
+				continue
+			}
+			log.Info("stopping", "signal", s.String())
+			break wait
+		case err := <-node.Failed():
+			log.Error("node failed", "err", err)
+			node.Close()
+			return 1
+		}
 	}
+	signal.Ignore(syscall.SIGHUP) // a reload during the stop is moot
 	go func() {
 		<-sig
 		log.Warn("second signal: exiting now")

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/server"
 )
 
 func noEnv(string) string { return "" }
@@ -32,9 +35,44 @@ func TestInvalidSettingsExit2(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), "--maxclients: must be between 1 and 1000000, got 0") {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	code = run([]string{"--no-such-flag"}, noEnv, nil, &out, &errb)
-	if code != 2 || !strings.Contains(errb.String(), "flag provided but not defined: -no-such-flag") {
-		t.Fatalf("exit %d: %s", code, errb.String())
+}
+
+// TestBadFlagIsOneLine: a flag that is unknown or has a bad value gets one
+// line naming it (as the docs write it), what it got and what it takes,
+// and exit status 2 — never the whole usage.
+func TestBadFlagIsOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "sluice: unknown flag --bogus (see sluice --help)\n"},
+		{[]string{"-bogus"}, "sluice: unknown flag --bogus (see sluice --help)\n"},
+		{[]string{"--sync-interval", "5"}, "sluice: --sync-interval: \"5\" is not a duration; use 100ms, 1s, 2m\n"},
+		{[]string{"--apply-timeout=soon"}, "sluice: --apply-timeout: \"soon\" is not a duration; use 100ms, 1s, 2m\n"},
+		{[]string{"--max-buckets", "many"}, "sluice: --max-buckets: \"many\" is not a whole number\n"},
+		{[]string{"--timeout", "forever"}, "sluice: --timeout: \"forever\" is not a number of seconds or a duration; use 30, 30s, 5m\n"},
+		{[]string{"--pprof=maybe"}, "sluice: --pprof: \"maybe\" is not a boolean; use true or false\n"},
+		{[]string{"--data-dir"}, "sluice: --data-dir needs a value\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, noEnv, nil, &out, &errb)
+		if code != 2 || errb.String() != c.want || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
+
+// TestTimeoutsTakeDurations: --timeout and --auth-timeout take whole
+// seconds, as Redis's timeout does, or a Go duration.
+func TestTimeoutsTakeDurations(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want time.Duration
+	}{{"30", 30 * time.Second}, {"30s", 30 * time.Second}, {"2m", 2 * time.Minute}, {"1500ms", 2 * time.Second}} {
+		cfg, err := server.Load([]string{"--timeout", c.arg, "--auth-timeout", c.arg}, noEnv, io.Discard)
+		if err != nil || cfg.Timeout != c.want || cfg.AuthTimeout != c.want {
+			t.Errorf("--timeout %s: %v %v %v, want %v", c.arg, err, cfg.Timeout, cfg.AuthTimeout, c.want)
+		}
 	}
 }
 
