@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +154,94 @@ func msUntil(t *testing.T, what string, v int64, end, before, after time.Time) {
 	if v < lo || v > hi {
 		t.Fatalf("%s: %d ms, want between %d and %d (to %v)", what, v, lo, hi, end)
 	}
+}
+
+// Three nodes sharing one test clock: a quota spent across them before
+// midnight admits, after it, exactly its limit again over the three.
+func TestClusterQuotaAcrossMidnight(t *testing.T) {
+	end := date(2027, 1, 16, 0, time.UTC)
+	for _, lead := range []time.Duration{8 * time.Second, 20 * time.Second, time.Minute} {
+		if clusterAcrossMidnight(t, end, lead) {
+			return
+		}
+		t.Logf("the quota was not spent before midnight (%v ahead); again with more time", lead)
+	}
+	t.Fatal("the quota was never spent before midnight")
+}
+
+func clusterAcrossMidnight(t *testing.T, end time.Time, lead time.Duration) bool {
+	env, now := testClockAt(end.Add(-lead))
+	var ms []*member
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t),
+			dir: t.TempDir(), env: []string{env}}
+		ms = append(ms, m)
+		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
+	}
+	for _, m := range ms {
+		m.start(t, strings.Join(peers, ","))
+	}
+	defer func() {
+		for _, m := range ms {
+			m.p.stop()
+		}
+	}()
+	leader(t, ms)
+	for _, m := range ms {
+		waitReady(t, m.c)
+	}
+	call := []any{"RL.ACQUIRE", "k", "QUOTA", 3, "PER", "day"}
+
+	// One call on each node spends the quota; a fourth is denied anywhere.
+	before := now()
+	for i, m := range ms {
+		admitAfterReservation(t, m, call, fmt.Sprintf("call %d on %s before midnight", i+1, m.id))
+	}
+	for _, m := range ms {
+		// A node that holds no units says 100 ms (it will ask again),
+		// one that knows the quota spent says when the period ends.
+		if r := acquire(t, m.c, call...); r[0] != 0 {
+			t.Fatalf("%s once the quota is spent: %v, want denied", m.id, r)
+		} else if r[3] != 100 {
+			msUntil(t, m.id+"'s retry_after_ms", r[3], end, before, now())
+		}
+	}
+	if !now().Before(end) {
+		return false
+	}
+
+	// After midnight: the first node admits again, then each other node
+	// once, and then none: the new day's 3, exactly, over the three.
+	eventually(t, lead+30*time.Second, "n1 to admit after midnight", func() bool {
+		return acquire(t, ms[0].c, call...)[0] == 1
+	})
+	for _, m := range ms[1:] {
+		before := now()
+		r := admitAfterReservation(t, m, call, m.id+" after midnight")
+		msUntil(t, m.id+"'s reset_after_ms after midnight", r[4], end.Add(24*time.Hour), before, now())
+	}
+	for _, m := range ms {
+		if r := acquire(t, m.c, call...); r[0] != 0 {
+			t.Fatalf("%s after the new day's 3: %v, want denied", m.id, r)
+		}
+	}
+	return true
+}
+
+// admitAfterReservation calls until the node admits: a node without units
+// reserved refuses with retry_after_ms 100 until the cluster grants it some
+// (a Raft commit, longer on a loaded machine); a refusal for the rest of
+// the period fails the test.
+func admitAfterReservation(t *testing.T, m *member, call []any, what string) []int64 {
+	t.Helper()
+	var r []int64
+	eventually(t, 20*time.Second, what+" to be admitted", func() bool {
+		r = acquire(t, m.c, call...)
+		if r[0] == 0 && r[3] > 100 {
+			t.Fatalf("%s: %v, want admitted", what, r)
+		}
+		return r[0] == 1
+	})
+	return r
 }
