@@ -3,6 +3,7 @@ package commands
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -195,7 +196,10 @@ func (env *Env) SyncLag() int64 {
 			peers = append(peers, id)
 		}
 	}
-	lag := env.Peers.Lag(peers, env.Started.UnixNano(), env.Clock())
+	// A peer never heard from counts from the start, read on the service
+	// clock like the times peers are heard at.
+	now := env.Clock()
+	lag := env.Peers.Lag(peers, now-int64(time.Since(env.Started)), now)
 	if lag < 0 {
 		return -1
 	}

@@ -177,8 +177,9 @@ func commandCmd(ctx *Ctx) {
 
 func dbsizeCmd(ctx *Ctx) { ctx.Conn.WriteInt(ctx.keyCount()) }
 
+// timeCmd answers the service clock, the time limits are decided at.
 func timeCmd(ctx *Ctx) {
-	now := time.Now()
+	now := time.Unix(0, ctx.Env.Clock())
 	ctx.Conn.WriteArray(2)
 	ctx.Conn.WriteBulkString(itoa(now.Unix()))
 	ctx.Conn.WriteBulkString(itoa(int64(now.Nanosecond() / 1000)))

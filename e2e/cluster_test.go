@@ -14,13 +14,14 @@ import (
 // member is one node of a multi-process test cluster.
 type member struct {
 	id, resp, raft, dir string
+	env                 []string // added to the process's environment (SLUICE_TEST_CLOCK)
 	p                   *proc
 	c                   *redis.Client
 }
 
 func (m *member) start(t *testing.T, peers string) {
 	t.Helper()
-	m.p = start(t, "--node-id", m.id, "--resp-addr", m.resp, "--raft-addr", m.raft, "--http-addr", "",
+	m.p = startEnv(t, m.env, "--node-id", m.id, "--resp-addr", m.resp, "--raft-addr", m.raft, "--http-addr", "",
 		"--data-dir", m.dir, "--bootstrap-peers", peers)
 	if m.c == nil {
 		m.c = client(t, m.resp)

@@ -2,8 +2,9 @@ package e2e
 
 // Executable docs: every ```console block of README.md and docs/*.md runs
 // against the real binary, and what it prints must be what the block
-// shows. README.md describes the placeholders. Comments right above a
-// block, <!-- doctest: NAME: value -->, say what it needs:
+// shows. CONTRIBUTING.md describes the placeholders (calendar ones in
+// docclock_test.go) and DOCTEST_NOW. Comments right above a block,
+// <!-- doctest: NAME: value -->, say what it needs:
 //
 //	fresh: [cluster] [port=N] [flag…]  new servers for this block and the file's next ones
 //	aside: [cluster] [port=N] [flag…]  servers for this block alone
@@ -74,7 +75,7 @@ var (
 	heredocRE    = regexp.MustCompile(`<<-?\s*'?(\w+)'?\s*$`)
 	exportRE     = regexp.MustCompile(`^export (\w+)=(.*)$`)
 	devTCPRE     = regexp.MustCompile(`/dev/tcp/[^/\s]+/\d+`)
-	placeRE      = regexp.MustCompile(`<[^<>\s][^<>]*>|~-?\d+(?:\.\d+)?`)
+	placeRE      = regexp.MustCompile(calendarRE.String() + `|<[^<>\s][^<>]*>|~-?\d+(?:\.\d+)?`)
 )
 
 // docFiles are the files whose console blocks run.
@@ -245,6 +246,7 @@ type docServers struct {
 	term  string              // a cluster's term once n1 led it; "" when unknown
 	pass  string              // --requirepass, for the harness's own checks
 	vars  []string            // NAME=value exported by the examples run against these servers
+	clock docClock            // their clock: DOCTEST_NOW when they started, or the real one
 }
 
 func (s *docServers) stop() {
@@ -268,7 +270,7 @@ func (e *docEnv) startServers(spec []string) {
 func (e *docEnv) launch(spec []string) docServers {
 	t := e.t
 	t.Helper()
-	srv := docServers{ports: map[string]string{}, nodes: map[string]*proc{}, args: map[string][]string{}}
+	srv := docServers{ports: map[string]string{}, nodes: map[string]*proc{}, args: map[string][]string{}, clock: newDocClock(t)}
 	cluster, port := false, 6380
 	var flags []string
 	for _, w := range spec {
@@ -345,7 +347,7 @@ func (e *docEnv) grow(srv *docServers, n, port int, flags []string) bool {
 			}
 			args = append(args, f)
 		}
-		p := start(t, args...)
+		p := startEnv(t, srv.clock.env, args...)
 		srv.procs = append(srv.procs, p)
 		srv.nodes[id], srv.args[id] = p, args
 		// Ready: a leader is known and the log applied; in a cluster, the
@@ -480,7 +482,7 @@ func (s *docServers) restartNodes(t *testing.T, ids []string) {
 		if s.args[id] == nil {
 			t.Fatalf("doctest restart: no node %q", id)
 		}
-		p := start(t, s.args[id]...)
+		p := startEnv(t, s.clock.env, s.args[id]...)
 		s.procs = append(s.procs, p)
 		s.nodes[id] = p
 	}
@@ -723,21 +725,39 @@ func blockSteps(t *testing.T, b docBlock) []docStep {
 	return steps
 }
 
+// A matchWindow is what time-dependent placeholders are matched against:
+// the tolerance of ~N, and the servers' clock when the command started
+// and ended, for calendar placeholders.
+type matchWindow struct {
+	tol           float64
+	before, after time.Time
+}
+
 // lineMatches compares one line of output with the doc's: <…> stands for
 // any text, ~N for a number that depends on time, within tol of N (or a
-// fifth of N).
-func lineMatches(want, got string, tol float64) bool {
+// fifth of N), and {ms to end of day …} for a calendar figure
+// (docclock_test.go).
+func lineMatches(want, got string, w matchWindow) bool {
 	if !placeRE.MatchString(want) {
 		return want == got
 	}
 	var re strings.Builder
 	var approx []float64
+	var cal []calendarPlace
+	var calAt []int // the capture group of each calendar placeholder
 	re.WriteString("^")
 	last := 0
 	for _, m := range placeRE.FindAllStringIndex(want, -1) {
 		re.WriteString(regexp.QuoteMeta(want[last:m[0]]))
 		p := want[m[0]:m[1]]
-		if strings.HasPrefix(p, "~") {
+		if strings.HasPrefix(p, "{") {
+			c, err := parseCalendar(p)
+			if err != nil {
+				return false
+			}
+			cal, calAt = append(cal, c), append(calAt, len(approx)+len(cal)+1)
+			re.WriteString(`(-?\d+)`)
+		} else if strings.HasPrefix(p, "~") {
 			n, _ := strconv.ParseFloat(p[1:], 64)
 			approx = append(approx, n)
 			re.WriteString(`(-?\d+(?:\.\d+)?)`)
@@ -751,9 +771,19 @@ func lineMatches(want, got string, tol float64) bool {
 	if m == nil {
 		return false
 	}
-	for i, n := range approx {
-		v, _ := strconv.ParseFloat(m[i+1], 64)
-		if math.Abs(v-n) > max(tol, math.Abs(n)/5) {
+	groups := 0
+	for i := 1; i < len(m); i++ {
+		v, _ := strconv.ParseFloat(m[i], 64)
+		if len(calAt) > 0 && calAt[0] == i {
+			if !cal[0].matches(v, w.before, w.after) {
+				return false
+			}
+			cal, calAt = cal[1:], calAt[1:]
+			continue
+		}
+		n := approx[groups]
+		groups++
+		if math.Abs(v-n) > max(w.tol, math.Abs(n)/5) {
 			return false
 		}
 	}
@@ -762,19 +792,19 @@ func lineMatches(want, got string, tol float64) bool {
 
 // outputMatches matches got against want, where a line "…" stands for any
 // number of lines.
-func outputMatches(want, got []string, tol float64) bool {
+func outputMatches(want, got []string, w matchWindow) bool {
 	if len(want) == 0 {
 		return len(got) == 0
 	}
 	if want[0] == "…" {
 		for i := 0; i <= len(got); i++ {
-			if outputMatches(want[1:], got[i:], tol) {
+			if outputMatches(want[1:], got[i:], w) {
 				return true
 			}
 		}
 		return false
 	}
-	return len(got) > 0 && lineMatches(want[0], got[0], tol) && outputMatches(want[1:], got[1:], tol)
+	return len(got) > 0 && lineMatches(want[0], got[0], w) && outputMatches(want[1:], got[1:], w)
 }
 
 var (
@@ -943,15 +973,17 @@ func (e *docEnv) runBlock(b docBlock, r *docRun) bool {
 			e.srv.vars = append(e.srv.vars, m[1]+"="+strings.Trim(m[2], `'"`))
 			continue
 		}
+		w := matchWindow{before: e.srv.clock.now()}
 		out, _ := e.shell(s.cmd, s.stdin)
+		w.after = e.srv.clock.now()
 		got := outputLines(out)
-		tol := float64(time.Since(began).Milliseconds()) + 50
-		if !outputMatches(s.want, got, tol) {
+		w.tol = float64(time.Since(began).Milliseconds()) + 50
+		if !outputMatches(s.want, got, w) {
 			ok = false
 			reportMismatch(b.file, s, got)
-			r.failures = append(r.failures, fmt.Sprintf("%s:%d: %s\nthe doc shows:\n%s\nthe server printed:\n%s", b.file, s.line,
+			r.failures = append(r.failures, fmt.Sprintf("%s:%d: %s\nthe doc shows:\n%s\nthe server printed:\n%s%s", b.file, s.line,
 				strings.TrimSpace(s.cmd+" "+strings.ReplaceAll(s.stdin, "\n", "; ")),
-				strings.Join(s.want, "\n"), strings.Join(got, "\n")))
+				strings.Join(s.want, "\n"), strings.Join(got, "\n"), calendarNote(s.want, w)))
 		}
 	}
 	return ok

@@ -65,9 +65,24 @@ func start(t *testing.T, args ...string) *proc {
 // binary's path, then its arguments (such as sh -c 'ulimit -n 64; exec "$0" "$@"').
 func startVia(t *testing.T, via []string, args ...string) *proc {
 	t.Helper()
+	return startWith(t, via, nil, args...)
+}
+
+// startEnv is start with variables added to the process's environment,
+// such as SLUICE_TEST_CLOCK (see testClockAt).
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	return startWith(t, nil, env, args...)
+}
+
+func startWith(t *testing.T, via, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, exited: make(chan error, 1)}
 	argv := append(append(append([]string(nil), via...), binary), append(args, "--log-format", "text")...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +142,18 @@ func (p *proc) stop() error {
 		p.cmd.Process.Kill()
 		return fmt.Errorf("did not exit within 30s of SIGINT")
 	}
+}
+
+// testClockAt returns the SLUICE_TEST_CLOCK setting (the binary is built
+// with the testclock tag) under which nodes decide limits as if their clock
+// had read at when this was called, and the function that reads that
+// clock here. Nodes given the same setting share the clock, whenever each
+// starts or restarts.
+func testClockAt(at time.Time) (env string, now func() time.Time) {
+	real := time.Now()
+	offset := at.Sub(real)
+	return "SLUICE_TEST_CLOCK=" + at.UTC().Format(time.RFC3339Nano) + "@" + real.UTC().Format(time.RFC3339Nano),
+		func() time.Time { return time.Now().Add(offset) }
 }
 
 // port returns the port of a host:port.

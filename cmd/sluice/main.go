@@ -83,9 +83,18 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 	if err := cfg.CheckSecrets(); err != nil {
 		return invalid(stderr, err)
 	}
+	clock, note, err := testClock(getenv)
+	if err != nil {
+		return invalid(stderr, err)
+	}
 	cfg = cfg.WithDefaults()
 	log := newLogger(cfg, stderr)
-	node, err := server.Open(cfg, log)
+	if note != "" && clock != nil {
+		log.Info(note)
+	} else if note != "" {
+		log.Warn(note)
+	}
+	node, err := server.OpenWith(cfg, log, server.NodeHooks{Now: clock})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1

@@ -107,7 +107,8 @@ func WaitForApplied[N Replica[A], A Applier](t testing.TB, index uint64, nodes .
 
 // MainWithBinary is a TestMain for packages that drive the real binary:
 // it builds ./cmd/sluice (the package is one folder below the module's
-// root) into a temporary folder, sets *bin to its path, runs the tests,
+// root) with the testclock tag (SLUICE_TEST_CLOCK then sets the clock
+// limits are decided at; see CONTRIBUTING.md) into a temporary folder, sets *bin to its path, runs the tests,
 // removes the folder and exits with the tests' status.
 func MainWithBinary(m *testing.M, bin *string) {
 	dir, err := os.MkdirTemp("", "sluice-bin")
@@ -116,7 +117,7 @@ func MainWithBinary(m *testing.M, bin *string) {
 		os.Exit(1)
 	}
 	*bin = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", *bin, "../cmd/sluice")
+	build := exec.Command("go", "build", "-tags", "testclock", "-o", *bin, "../cmd/sluice")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building sluice:", err)
