@@ -231,7 +231,61 @@ func newFlagSet(c *Config, out io.Writer) *flag.FlagSet {
 	for _, s := range settings {
 		s.bind(c, fs, s.name, s.usage+" (env "+EnvName(s.name)+")", s.def)
 	}
+	fs.Usage = func() {
+		fmt.Fprintln(out, "Usage of sluice:")
+		printGrouped(fs, out)
+	}
 	return fs
+}
+
+// helpGroups orders the flags of --help by concern; every setting is in
+// exactly one (TestHelpIsGrouped).
+var helpGroups = []struct {
+	title string
+	names []string
+}{
+	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
+	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "apply-timeout", "sync-interval"}},
+	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
+	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-key-len", "shards"}},
+	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
+	{"Envoy", []string{"envoy-config"}},
+	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},
+}
+
+// printGrouped writes the flags by group, each as the docs write it
+// (--name), with its value's kind, its use, environment variable and
+// default.
+func printGrouped(fs *flag.FlagSet, out io.Writer) {
+	for _, g := range helpGroups {
+		fmt.Fprintf(out, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			f := fs.Lookup(name)
+			if f == nil {
+				continue
+			}
+			kind, use := flag.UnquoteUsage(f)
+			switch f.Value.(type) {
+			case intValue:
+				kind = "int"
+			case durValue:
+				kind = "duration"
+			case secondsValue:
+				kind = "seconds"
+			}
+			if _, isBool := f.Value.(interface{ IsBoolFlag() bool }); isBool {
+				kind = ""
+			}
+			line := "  --" + f.Name
+			if kind != "" {
+				line += " " + kind
+			}
+			if f.DefValue != "" && f.DefValue != "0s" && !(kind == "" && f.DefValue == "false") {
+				use += " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(out, "%s\n      %s\n", line, use)
+		}
+	}
 }
 
 // ErrHelp is returned by Load when -h or --help was asked for.

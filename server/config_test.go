@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -141,5 +143,37 @@ func TestValidateChecksAndWithDefaultsDerives(t *testing.T) {
 	cfg, _ := Load([]string{"--raft-addr", "a=b:7380", "--data-dir", t.TempDir()}, func(string) string { return "" }, io.Discard)
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--node-id: must not contain") {
 		t.Errorf("a derived node id with '=': %v", err)
+	}
+}
+
+// --help lists every setting once, in its group, as the docs write it.
+func TestHelpIsGrouped(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := Load([]string{"--help"}, func(string) string { return "" }, &out); !errors.Is(err, ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	seen := map[string]int{}
+	for _, g := range helpGroups {
+		if !strings.Contains(help, "\n"+g.title+":\n") {
+			t.Errorf("no group %q in --help", g.title)
+		}
+		for _, n := range g.names {
+			seen[n]++
+		}
+	}
+	for _, n := range SettingNames() {
+		if seen[n] != 1 {
+			t.Errorf("setting %s is in %d groups of --help", n, seen[n])
+		}
+		if !strings.Contains(help, "\n  --"+n+" ") && !strings.Contains(help, "\n  --"+n+"\n") {
+			t.Errorf("--help does not show --%s", n)
+		}
+		if !strings.Contains(help, "(env "+EnvName(n)+")") {
+			t.Errorf("--help does not name %s", EnvName(n))
+		}
+	}
+	if strings.Contains(help, "\n  -"+SettingNames()[0]) {
+		t.Error("--help shows flags with one dash")
 	}
 }
