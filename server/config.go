@@ -193,7 +193,7 @@ var settings = []setting{
 	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
 	{name: "timeout", def: "0", usage: "close a client connection idle this long (0: never): whole seconds, like Redis's timeout, or a duration such as 5m", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
 	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this long after connecting, when a password is required (0: never): whole seconds or a duration", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
-	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections", bind: num(func(c *Config) *int { return &c.MaxClients })},
+	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections (also --max-clients, SLUICE_MAX_CLIENTS)", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
@@ -231,12 +231,21 @@ func newFlagSet(c *Config, out io.Writer) *flag.FlagSet {
 	for _, s := range settings {
 		s.bind(c, fs, s.name, s.usage+" (env "+EnvName(s.name)+")", s.def)
 	}
+	for alias, name := range aliases {
+		f := fs.Lookup(name)
+		fs.Var(f.Value, alias, f.Usage)
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(out, "Usage of sluice:")
 		printGrouped(fs, out)
 	}
 	return fs
 }
+
+// aliases are other names of settings: maxclients is Redis's name, and
+// max-clients the one its neighbours (max-buckets, max-args) suggest.
+// Both are taken as flags, SLUICE_* variables and --config lines.
+var aliases = map[string]string{"max-clients": "maxclients"}
 
 // helpGroups orders the flags of --help by concern; every setting is in
 // exactly one (TestHelpIsGrouped).
@@ -277,6 +286,11 @@ func printGrouped(fs *flag.FlagSet, out io.Writer) {
 				kind = ""
 			}
 			line := "  --" + f.Name
+			for alias, of := range aliases {
+				if of == name {
+					line += ", --" + alias
+				}
+			}
 			if kind != "" {
 				line += " " + kind
 			}
@@ -316,6 +330,14 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 				return c, fmt.Errorf("config file %s: %s: %v", file, kv[0], err)
 			}
 			from[kv[0]] = kv[0] + " in " + file
+		}
+	}
+	for alias, name := range aliases {
+		if v, ok := lookupEnv(getenv, EnvName(alias)); ok {
+			if err := fs.Set(name, v); err != nil {
+				return c, fmt.Errorf("%s: %v", EnvName(alias), err)
+			}
+			from[name] = EnvName(alias)
 		}
 	}
 	for _, s := range settings {
@@ -393,6 +415,9 @@ func readConfigFile(path string) ([][2]string, error) {
 	known := map[string]bool{}
 	for _, s := range settings {
 		known[s.name] = true
+	}
+	for alias := range aliases {
+		known[alias] = true
 	}
 	var out [][2]string
 	sc := bufio.NewScanner(f)

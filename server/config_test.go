@@ -166,7 +166,7 @@ func TestHelpIsGrouped(t *testing.T) {
 		if seen[n] != 1 {
 			t.Errorf("setting %s is in %d groups of --help", n, seen[n])
 		}
-		if !strings.Contains(help, "\n  --"+n+" ") && !strings.Contains(help, "\n  --"+n+"\n") {
+		if !strings.Contains(help, "\n  --"+n+" ") && !strings.Contains(help, "\n  --"+n+"\n") && !strings.Contains(help, "\n  --"+n+", ") {
 			t.Errorf("--help does not show --%s", n)
 		}
 		if !strings.Contains(help, "(env "+EnvName(n)+")") {
@@ -175,5 +175,29 @@ func TestHelpIsGrouped(t *testing.T) {
 	}
 	if strings.Contains(help, "\n  -"+SettingNames()[0]) {
 		t.Error("--help shows flags with one dash")
+	}
+}
+
+// --max-clients is --maxclients under the name its neighbours suggest: as
+// a flag, a variable and a line of the settings file.
+func TestMaxClientsAlias(t *testing.T) {
+	file := t.TempDir() + "/sluice.conf"
+	if err := os.WriteFile(file, []byte("max-clients 300\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{[]string{"--max-clients", "100"}, nil, 100},
+		{nil, map[string]string{"SLUICE_MAX_CLIENTS": "200"}, 200},
+		{[]string{"--config", file}, nil, 300},
+		{[]string{"--maxclients", "400"}, nil, 400},
+	} {
+		c, err := Load(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil || c.MaxClients != tc.want {
+			t.Errorf("%v %v: maxclients %d (%v), want %d", tc.args, tc.env, c.MaxClients, err, tc.want)
+		}
 	}
 }
