@@ -80,9 +80,10 @@ type Service struct {
 	Reserve func(wait time.Duration) bool
 }
 
-// reserveWait bounds how long a call waits for a quota reservation: about
-// one Raft commit.
-const reserveWait = 250 * time.Millisecond
+// reserveWait bounds how long a call waits for a quota reservation: one
+// Raft commit, which takes milliseconds on a quiet cluster and may take
+// hundreds on a loaded one (a call waits only as long as the commit).
+const reserveWait = time.Second
 
 // QuotaRoom reports whether a call may count against the quota counter
 // key: the counter exists, here or in the cluster, or the cluster has room

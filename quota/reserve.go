@@ -38,9 +38,11 @@ type Reserver struct {
 	// this one's (those units were that life's to admit, and it may have).
 	Self  string
 	Store *engine.Store
-	// Ready reports whether this replica has caught up with the log:
-	// until it first has, the members and the committed counts it knows
-	// may be those of the past, and no call is admitted against a quota.
+	// Ready reports whether this replica has caught up with the log and
+	// knows every member: until it first has, the members and the
+	// committed counts it knows may be those of the past (a restart) or
+	// too few (a cluster starting), and no call is admitted against a
+	// quota.
 	Ready   func() bool
 	Clock   func() int64
 	Members func() int

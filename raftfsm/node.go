@@ -93,6 +93,7 @@ type Node struct {
 	raft    *raft.Raft
 	fsm     *FSM
 	bolt    *raftboltdb.BoltStore
+	stable  *stableStore
 	logs    raft.LogStore
 	trans   *raft.NetworkTransport
 	remote  Remote
@@ -248,7 +249,8 @@ func Open(o Options) (*Node, error) {
 		cleanup()
 		return nil, err
 	}
-	if n.raft, err = raft.NewRaft(cfg, n.fsm, logs, n.bolt, snaps, n.trans); err != nil {
+	n.stable = &stableStore{s: n.bolt}
+	if n.raft, err = raft.NewRaft(cfg, n.fsm, logs, n.stable, snaps, n.trans); err != nil {
 		n.trans.Close()
 		cleanup()
 		return nil, err
@@ -1058,6 +1060,11 @@ func (n *Node) relayNotify() {
 	}
 }
 
+// CaughtUp reports whether the node is Ready and every server of the Raft
+// configuration is in the replicated member map: before that, a node
+// started with --bootstrap-peers counts fewer members than there are.
+func (n *Node) CaughtUp() bool { return n.Ready() && n.peersRegistered(n.fsm.State()) }
+
 func (n *Node) peersRegistered(st *State) bool {
 	servers, err := n.Servers()
 	if err != nil {
@@ -1172,6 +1179,7 @@ func (n *Node) Shutdown() error {
 	err := n.raft.Shutdown().Error()
 	n.remote.Close()
 	n.trans.Close()
+	n.stable.close()
 	if cerr := n.bolt.Close(); err == nil {
 		err = cerr
 	}

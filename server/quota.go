@@ -29,7 +29,7 @@ func (n *Node) startQuotaSync(cfg *Config) {
 	}
 	env.Metrics.Registry.MustRegister(q.Committed.(prometheus.Counter), q.Failed.(prometheus.Counter))
 	// In a cluster, quotas admit only from units reserved through Raft.
-	r := &quota.Reserver{Self: self + "@" + quota.Incarnation(), Ready: n.Raft.Ready, Store: env.Store, Clock: env.Clock, Log: n.log,
+	r := &quota.Reserver{Self: self + "@" + quota.Incarnation(), Ready: n.Raft.CaughtUp, Store: env.Store, Clock: env.Clock, Log: n.log,
 		Members: func() int { return len(n.Raft.State().Members) },
 
 		Committed: fsm.Quota,
