@@ -105,7 +105,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/internal/ratehdr"
+	"github.com/sluice-rl/sluice/client/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.
