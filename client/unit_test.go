@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -129,6 +130,8 @@ func TestParseDecision(t *testing.T) {
 		}
 	}
 }
+
+var bg = context.Background()
 
 // Every go-redis client is a Doer.
 var (
