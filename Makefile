@@ -15,7 +15,8 @@ run: build
 	./$(BIN) --data-dir ./sluice-data
 
 # Every test with the race detector, plus gofmt and go vet, in the main
-# module and in the client module (client/, a module of its own); then the
+# module and in the client module (client/, a module of its own); the
+# client's timing bound without the race detector, which would slow it; then the
 # hostile-client suite on its own (it measures a bystander's latency, which
 # other packages' tests running beside it would disturb). SLUICE_HOSTILE_FULL=1
 # runs it at full size.
@@ -23,6 +24,7 @@ test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /hostile$$)
 	cd client && $(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
 	$(GO) test -count=1 -timeout 30m ./hostile
 
 # The console examples of README.md and docs/ run against the real binary

@@ -342,13 +342,13 @@ func (c *Client) decide(ctx context.Context, cmd, target string, lim *Limit, pee
 	}
 	ok, probe, retry := c.brk.allow(now)
 	if !ok {
-		return c.fail(key, target, &o, retry, nil, fmt.Errorf("%w: circuit breaker open for %v", ErrUnavailable, retry))
+		return c.fail(key, target, &o, retry, nil)
 	}
 	v, err := c.do(ctx, callArgs(cmd, target, lim, &o))
 	failed := failure(ctx, err)
 	c.brk.done(c.now(), probe, failed)
 	if failed {
-		return c.fail(key, target, &o, 0, err, fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return c.fail(key, target, &o, 0, err)
 	}
 	if err != nil {
 		return Decision{}, err
@@ -360,9 +360,10 @@ func (c *Client) decide(ctx context.Context, cmd, target string, lim *Limit, pee
 	return d, err
 }
 
-// fail decides a call that sluice could not answer, by the failure
-// policy; without one it returns unavailable.
-func (c *Client) fail(key []byte, target string, o *callOpts, retry time.Duration, cause, unavailable error) (Decision, error) {
+// fail decides a call that sluice could not answer because of cause (nil:
+// the breaker is open for retry), by the failure policy; without one it
+// returns an error wrapping ErrUnavailable.
+func (c *Client) fail(key []byte, target string, o *callOpts, retry time.Duration, cause error) (Decision, error) {
 	switch c.policy.kind {
 	case SourceFailOpen:
 		return Decision{Allowed: true, Remaining: -1, Limit: -1, LimitedBy: target, Source: SourceFailOpen, Err: cause}, nil
@@ -380,7 +381,15 @@ func (c *Client) fail(key []byte, target string, o *callOpts, retry time.Duratio
 		d.Err = cause
 		return d, nil
 	}
-	return Decision{}, unavailable
+	return Decision{}, unavailable(retry, cause)
+}
+
+// unavailable is the error of a call sluice could not answer.
+func unavailable(retry time.Duration, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: circuit breaker open for %v", ErrUnavailable, retry)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
 // do sends one command under the client's deadline and breaker-free: the
@@ -416,13 +425,13 @@ func (c *Client) do(ctx context.Context, args []any) (any, error) {
 func (c *Client) call(ctx context.Context, args ...any) (any, error) {
 	ok, probe, retry := c.brk.allow(c.now())
 	if !ok {
-		return nil, fmt.Errorf("%w: circuit breaker open for %v", ErrUnavailable, retry)
+		return nil, unavailable(retry, nil)
 	}
 	v, err := c.do(ctx, args)
 	failed := failure(ctx, err)
 	c.brk.done(c.now(), probe, failed)
 	if failed {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, unavailable(0, err)
 	}
 	return v, err
 }

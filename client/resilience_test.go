@@ -274,3 +274,17 @@ func TestSourceString(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func BenchmarkBreakerOpen(b *testing.B) {
+	f := &fakeDoer{answer: func([]any) (any, error) { return nil, context.DeadlineExceeded }}
+	for _, p := range []FailurePolicy{FailOpen, Fallback(1e6, time.Second, 1e6)} {
+		c := New(f, OnFailure(p), BreakerFailures(1), BreakerCooldown(time.Hour))
+		c.AcquireInline(bg, "k", Limit{Rate: 10})
+		b.Run(fmt.Sprint(p.kind), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				c.AcquireInline(bg, "k", Limit{Rate: 10})
+			}
+		})
+	}
+}
