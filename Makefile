@@ -14,13 +14,17 @@ build:
 run: build
 	./$(BIN) --data-dir ./sluice-data
 
-# Every test with the race detector, plus gofmt and go vet; then the
+# Every test with the race detector, plus gofmt and go vet, in the main
+# module and in the client module (client/, a module of its own); the
+# client's timing bound without the race detector, which would slow it; then the
 # hostile-client suite on its own (it measures a bystander's latency, which
 # other packages' tests running beside it would disturb). SLUICE_HOSTILE_FULL=1
 # runs it at full size.
 test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /hostile$$)
+	cd client && $(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
 	$(GO) test -count=1 -timeout 30m ./hostile
 
 # The console examples of README.md and docs/ run against the real binary
@@ -31,9 +35,11 @@ test-docs:
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
+	cd client && $(GO) test -short -count=1 ./...
 
 vet:
 	$(GO) vet $(PKGS)
+	cd client && $(GO) vet ./...
 
 fmt:
 	gofmt -w .

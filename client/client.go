@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,13 @@ type Client struct {
 
 	mu    sync.Mutex
 	nodes map[string]cachedNode // RL.BUDGET GET replies by path
+
+	timeout     time.Duration
+	ctxTimeouts bool // rdb cuts a call at its context's deadline
+	policy      FailurePolicy
+	brk         breaker
+	denials     denialCache
+	fallback    fallbacks
 }
 
 // Setting configures a Client; pass settings to New.
@@ -86,9 +94,17 @@ func New(rdb Doer, settings ...Setting) *Client {
 		panic("client: New needs a go-redis client, got nil")
 	}
 	c := &Client{rdb: rdb, ttl: DefaultPolicyTTL, maxEntries: DefaultPolicyCacheSize, now: time.Now,
-		nodes: map[string]cachedNode{}}
+		nodes: map[string]cachedNode{}, timeout: DefaultTimeout,
+		brk:     breaker{threshold: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown},
+		denials: denialCache{max: DefaultDenialCacheSize}}
 	for _, s := range settings {
 		s(c)
+	}
+	switch o := rdb.(type) {
+	case interface{ Options() *redis.Options }:
+		c.ctxTimeouts = o.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		c.ctxTimeouts = o.Options().ContextTimeoutEnabled
 	}
 	return c
 }
@@ -121,8 +137,14 @@ type Decision struct {
 	ResetAfter time.Duration
 	// LimitedBy is reply element 6 (limited_by): the tightest level — the
 	// key (inline form), the node path or path#subject (budget form), or
-	// quota:<level>.
+	// quota:<level>. A failure policy's decision names the key or path.
 	LimitedBy string
+	// Source says who decided: sluice (SourceServer, the zero value), the
+	// denial cache, or the failure policy.
+	Source Source
+	// Err is why sluice could not decide, for a failure policy's
+	// decision; nil otherwise, and nil while the breaker is open.
+	Err error
 }
 
 // Unlimited reports whether nothing limits the path (Limit is -1).
@@ -144,14 +166,20 @@ type Limit struct {
 	Algo string
 }
 
-// args appends the limit's arguments.
-func (l Limit) args(a []any) ([]any, error) {
+// check refuses a window or burst the server would not take for what the
+// zero values mean.
+func (l *Limit) check() error {
 	if l.Per < 0 {
-		return a, fmt.Errorf("client: Limit.Per must be positive (0 means one second), got %v", l.Per)
+		return fmt.Errorf("client: Limit.Per must be positive (0 means one second), got %v", l.Per)
 	}
 	if l.Burst < 0 {
-		return a, fmt.Errorf("client: Limit.Burst must be positive (0 means Rate), got %d", l.Burst)
+		return fmt.Errorf("client: Limit.Burst must be positive (0 means Rate), got %d", l.Burst)
 	}
+	return nil
+}
+
+// args appends the limit's arguments, checked.
+func (l *Limit) args(a []any) []any {
 	a = append(a, "RATE", l.Rate)
 	if l.Per != 0 {
 		a = append(a, "PER", FormatWindow(l.Per))
@@ -162,7 +190,7 @@ func (l Limit) args(a []any) ([]any, error) {
 	if l.Algo != "" {
 		a = append(a, "ALGO", l.Algo)
 	}
-	return a, nil
+	return a
 }
 
 // Option is an option of one call: Key, Cost, Wait or DryRun.
@@ -206,26 +234,52 @@ func Wait(d time.Duration) Option {
 // DryRun computes the reply without consuming anything (DRYRUN).
 func DryRun() Option { return func(o *callOpts) { o.dryRun = true } }
 
-// callArgs builds a limiting command: cmd target [limit] [KEY] [COST]
-// [WAIT] [DRYRUN]. Peek refuses WAIT and DRYRUN.
-func callArgs(cmd, target string, lim *Limit, peek bool, opts []Option) ([]any, error) {
-	var o callOpts
-	for _, f := range opts {
-		f(&o)
-	}
+// check refuses options the command does not take and a bad limit.
+func (o *callOpts) check(cmd string, lim *Limit, peek bool) error {
 	if o.err != nil {
-		return nil, o.err
+		return o.err
 	}
 	if peek && (o.hasWait || o.dryRun) {
-		return nil, fmt.Errorf("client: %s takes no Wait or DryRun option: it never consumes", cmd)
+		return fmt.Errorf("client: %s takes no Wait or DryRun option: it never consumes", cmd)
 	}
+	if lim != nil {
+		return lim.check()
+	}
+	return nil
+}
+
+// callKey appends what identifies a call for the denial cache and the
+// fallback buckets: target, limit, subject and cost (not WAIT or DRYRUN).
+func (o *callOpts) callKey(b []byte, target string, lim *Limit) []byte {
+	b = append(b, target...)
+	if lim != nil {
+		b = append(b, 0)
+		b = strconv.AppendInt(b, lim.Rate, 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(lim.Per), 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, lim.Burst, 10)
+		b = append(b, '/')
+		b = append(b, lim.Algo...)
+	}
+	if o.hasKey {
+		b = append(b, 0, 'K')
+		b = append(b, o.key...)
+	}
+	if o.hasCost {
+		b = append(b, 0, 'C')
+		b = strconv.AppendInt(b, o.cost, 10)
+	}
+	return b
+}
+
+// callArgs builds a limiting command: cmd target [limit] [KEY] [COST]
+// [WAIT] [DRYRUN], from checked options.
+func callArgs(cmd, target string, lim *Limit, o *callOpts) []any {
 	a := make([]any, 0, 16)
 	a = append(a, cmd, target)
 	if lim != nil {
-		var err error
-		if a, err = lim.args(a); err != nil {
-			return nil, err
-		}
+		a = lim.args(a)
 	}
 	if o.hasKey {
 		a = append(a, "KEY", o.key)
@@ -239,7 +293,7 @@ func callArgs(cmd, target string, lim *Limit, peek bool, opts []Option) ([]any, 
 	if o.dryRun {
 		a = append(a, "DRYRUN")
 	}
-	return a, nil
+	return a
 }
 
 // Acquire checks the budget node(s) for path and consumes tokens if the
@@ -270,15 +324,116 @@ func (c *Client) PeekInline(ctx context.Context, key string, l Limit, opts ...Op
 }
 
 func (c *Client) decide(ctx context.Context, cmd, target string, lim *Limit, peek bool, opts []Option) (Decision, error) {
-	args, err := callArgs(cmd, target, lim, peek, opts)
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := o.check(cmd, lim, peek); err != nil {
+		return Decision{}, err
+	}
+	now := c.now()
+	var kb [128]byte
+	key := o.callKey(kb[:0], target, lim)
+	acquire := cmd == "RL.ACQUIRE"
+	if acquire && !o.hasWait {
+		if d, ok := c.denials.get(key, now); ok {
+			return d, nil
+		}
+	}
+	ok, probe, retry := c.brk.allow(now)
+	if !ok {
+		return c.fail(key, target, &o, retry, nil)
+	}
+	v, err := c.do(ctx, callArgs(cmd, target, lim, &o))
+	failed := failure(ctx, err)
+	c.brk.done(c.now(), probe, failed)
+	if failed {
+		return c.fail(key, target, &o, 0, err)
+	}
 	if err != nil {
 		return Decision{}, err
 	}
-	v, err := c.rdb.Do(ctx, args...).Result()
-	if err != nil {
-		return Decision{}, err
+	d, err := parseDecision(cmd, v)
+	if err == nil && acquire && !o.dryRun && !d.Degraded {
+		c.denials.put(key, d, now)
 	}
-	return parseDecision(cmd, v)
+	return d, err
+}
+
+// fail decides a call that sluice could not answer because of cause (nil:
+// the breaker is open for retry), by the failure policy; without one it
+// returns an error wrapping ErrUnavailable.
+func (c *Client) fail(key []byte, target string, o *callOpts, retry time.Duration, cause error) (Decision, error) {
+	switch c.policy.kind {
+	case SourceFailOpen:
+		return Decision{Allowed: true, Remaining: -1, Limit: -1, LimitedBy: target, Source: SourceFailOpen, Err: cause}, nil
+	case SourceFailClosed:
+		if retry == 0 {
+			retry = c.brk.cooldown
+		}
+		return Decision{Remaining: -1, Limit: -1, RetryAfter: retry, LimitedBy: target, Source: SourceFailClosed, Err: cause}, nil
+	case SourceFallback:
+		cost := int64(1)
+		if o.hasCost {
+			cost = o.cost
+		}
+		d := c.fallback.take(c.policy, key, target, cost, c.now())
+		d.Err = cause
+		return d, nil
+	}
+	return Decision{}, unavailable(retry, cause)
+}
+
+// unavailable is the error of a call sluice could not answer.
+func unavailable(retry time.Duration, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: circuit breaker open for %v", ErrUnavailable, retry)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
+// do sends one command under the client's deadline and breaker-free: the
+// caller records the outcome.
+func (c *Client) do(ctx context.Context, args []any) (any, error) {
+	if c.timeout <= 0 {
+		return c.rdb.Do(ctx, args...).Result()
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if c.ctxTimeouts {
+		return c.rdb.Do(ctx, args...).Result()
+	}
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := c.rdb.Do(ctx, args...).Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// call sends a command that is not a decision (CL.THROTTLE, RL.BUDGET
+// GET) under the deadline and the breaker; no failure policy applies.
+func (c *Client) call(ctx context.Context, args ...any) (any, error) {
+	ok, probe, retry := c.brk.allow(c.now())
+	if !ok {
+		return nil, unavailable(retry, nil)
+	}
+	v, err := c.do(ctx, args)
+	failed := failure(ctx, err)
+	c.brk.done(c.now(), probe, failed)
+	if failed {
+		return nil, unavailable(0, err)
+	}
+	return v, err
 }
 
 // parseDecision reads RL.ACQUIRE's six-element reply (docs/commands.md,
@@ -342,7 +497,7 @@ func (c *Client) Throttle(ctx context.Context, key string, maxBurst, count int64
 	if period%time.Second != 0 {
 		return ThrottleResult{}, fmt.Errorf("client: CL.THROTTLE period must be whole seconds, got %v", period)
 	}
-	v, err := c.rdb.Do(ctx, "CL.THROTTLE", key, maxBurst, count, int64(period/time.Second), quantity).Result()
+	v, err := c.call(ctx, "CL.THROTTLE", key, maxBurst, count, int64(period/time.Second), quantity)
 	if err != nil {
 		return ThrottleResult{}, err
 	}

@@ -171,7 +171,7 @@ func (c *Client) Policy(ctx context.Context, path string) (Policy, error) {
 		}
 		// Nothing configured on the path: let the server say so in its own
 		// words. A dry run consumes nothing.
-		err := c.rdb.Do(ctx, "RL.ACQUIRE", path, "DRYRUN").Err()
+		_, err := c.call(ctx, "RL.ACQUIRE", path, "DRYRUN")
 		if err != nil {
 			return Policy{}, fmt.Errorf("client: policy for '%s': %w", path, err)
 		}
@@ -193,13 +193,17 @@ func (c *Client) node(ctx context.Context, path string, fresh bool) (*node, erro
 			return e.n, nil
 		}
 	}
-	b, err := c.rdb.Do(ctx, "RL.BUDGET", "GET", path).Text()
+	v, err := c.call(ctx, "RL.BUDGET", "GET", path)
 	var n *node
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
 		return nil, fmt.Errorf("RL.BUDGET GET '%s': %w", path, err)
 	default:
+		b, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("client: RL.BUDGET GET %s reply is not a string: %v", path, v)
+		}
 		if n, err = parseNode(path, []byte(b)); err != nil {
 			return nil, err
 		}

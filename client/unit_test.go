@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
@@ -91,7 +92,15 @@ func TestCallArgs(t *testing.T) {
 		{"RL.PEEK", nil, true, []Option{Key("u"), Cost(0)}, "[RL.PEEK p KEY u COST 0]", ""},
 		{"RL.PEEK", nil, true, []Option{Wait(time.Second)}, "", "client: RL.PEEK takes no Wait or DryRun option: it never consumes"},
 	} {
-		a, err := callArgs(c.cmd, "p", c.lim, c.peek, c.opts)
+		var o callOpts
+		for _, f := range c.opts {
+			f(&o)
+		}
+		err := o.check(c.cmd, c.lim, c.peek)
+		var a []any
+		if err == nil {
+			a = callArgs(c.cmd, "p", c.lim, &o)
+		}
 		if c.err != "" {
 			if err == nil || err.Error() != c.err {
 				t.Errorf("%s %v: error %v, want %q", c.cmd, c.lim, err, c.err)
@@ -121,6 +130,8 @@ func TestParseDecision(t *testing.T) {
 		}
 	}
 }
+
+var bg = context.Background()
 
 // Every go-redis client is a Doer.
 var (

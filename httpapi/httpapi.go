@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/client/ratehdr"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
-	"github.com/sluice-rl/sluice/internal/ratehdr"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
 )

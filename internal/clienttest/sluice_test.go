@@ -1,4 +1,6 @@
-package httplimit_test
+// Package clienttest tests the client module (packages client and
+// httplimit) against an in-process sluice node; it holds tests only.
+package clienttest
 
 import (
 	"context"
@@ -6,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
@@ -16,9 +19,24 @@ const t0 = int64(20000*86400) * int64(time.Second)
 
 // sluice is a real single-node sluice running in the test process.
 type sluice struct {
-	node  *server.Node
-	clock *testkit.Clock
-	rdb   *redis.Client
+	node   *server.Node
+	clock  *testkit.Clock
+	frozen bool
+	rdb    *redis.Client
+}
+
+// client returns a client of the node whose clock is the server's.
+func (s *sluice) client(settings ...client.Setting) *client.Client {
+	return s.clientOn(s.rdb, settings...)
+}
+
+// clientOn is client through doer.
+func (s *sluice) clientOn(doer client.Doer, settings ...client.Setting) *client.Client {
+	now := time.Now
+	if s.frozen {
+		now = func() time.Time { return time.Unix(0, s.clock.Now()) }
+	}
+	return client.New(doer, append([]client.Setting{client.Clock(now)}, settings...)...)
 }
 
 // startSluice opens a node (server and one-node Raft cluster) on loopback
@@ -38,7 +56,7 @@ func startSluiceClock(t *testing.T, frozen bool) *sluice {
 	n := testnode.Start(t, o)
 	rdb := redis.NewClient(&redis.Options{Addr: n.Server.RespAddr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	return &sluice{node: n, clock: clk, rdb: rdb}
+	return &sluice{node: n, clock: clk, frozen: frozen, rdb: rdb}
 }
 
 // set configures a budget node with RL.BUDGET SET.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/client/httplimit"
 )
 
 func TestSetHeaders(t *testing.T) {

@@ -25,6 +25,11 @@
 //   - allowed=0: the middleware answers 429 itself (WriteDenied), with the
 //     headers below, Retry-After and a problem body; the next handler does
 //     not run.
+//   - A decision of the client's failure policy (client.OnFailure), made
+//     because sluice could not answer: its cause goes to the ErrorHandler;
+//     FailOpen's runs the next handler with no rate-limit headers, a
+//     Fallback decision is served as above (without RateLimit-Policy), and
+//     FailClosed's is answered 503 (below) with Retry-After.
 //   - No decision (sluice unreachable, an error reply such as NOBUDGET, or
 //     an error from KeyFunc): the error goes to the ErrorHandler (by default
 //     logged with log/slog) and, with FailOpen(true), the default, the next
@@ -105,7 +110,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/internal/ratehdr"
+	"github.com/sluice-rl/sluice/client/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.
@@ -249,7 +254,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			if d, err = m.l.Acquire(ctx, path, opts...); err != nil {
 				err = fmt.Errorf("httplimit: RL.ACQUIRE %s: %w", path, err)
-			} else if headers && !d.Unlimited() {
+			} else if headers && !d.Unlimited() && d.Source != client.SourceFallback {
 				headers, window = m.budgetHeaders(r, path, d)
 			}
 		}
@@ -261,6 +266,16 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		} else {
 			writeUnavailable(w)
 		}
+		return
+	}
+	if d.Err != nil {
+		m.onError(r, fmt.Errorf("httplimit: sluice unavailable, decided by the client's failure policy (%s): %w", d.Source, d.Err))
+	}
+	if d.Source == client.SourceFailClosed {
+		if v, ok := ratehdr.RetryAfter(d.RetryAfter); ok {
+			w.Header().Set("Retry-After", v)
+		}
+		writeUnavailable(w)
 		return
 	}
 	r = r.WithContext(context.WithValue(ctx, decisionKey{}, d))

@@ -1,4 +1,4 @@
-package client
+package clienttest
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/client"
 )
 
 var bg = context.Background()
 
-func wantDecision(t *testing.T, what string, got Decision, err error, want Decision) {
+func wantDecision(t *testing.T, what string, got client.Decision, err error, want client.Decision) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -35,26 +37,26 @@ func wantErr(t *testing.T, what string, err error, text string) {
 func TestAcquireBudgetForm(t *testing.T) {
 	s := startSluice(t)
 	s.set(t, "api", "RATE", 2, "PER", "minute")
-	c := New(s.rdb)
+	c := s.client()
 
 	d, err := c.Acquire(bg, "api")
-	wantDecision(t, "first", d, err, Decision{Allowed: true, Remaining: 1, Limit: 2, ResetAfter: 30 * time.Second, LimitedBy: "api"})
+	wantDecision(t, "first", d, err, client.Decision{Allowed: true, Remaining: 1, Limit: 2, ResetAfter: 30 * time.Second, LimitedBy: "api"})
 	d, err = c.Acquire(bg, "api")
-	wantDecision(t, "second", d, err, Decision{Allowed: true, Remaining: 0, Limit: 2, ResetAfter: time.Minute, LimitedBy: "api"})
+	wantDecision(t, "second", d, err, client.Decision{Allowed: true, Remaining: 0, Limit: 2, ResetAfter: time.Minute, LimitedBy: "api"})
 	d, err = c.Acquire(bg, "api")
-	wantDecision(t, "third", d, err, Decision{Remaining: 0, Limit: 2, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, LimitedBy: "api"})
+	wantDecision(t, "third", d, err, client.Decision{Remaining: 0, Limit: 2, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, LimitedBy: "api"})
 
 	s.clock.Advance(10 * time.Second)
 	d, err = c.Peek(bg, "api")
-	wantDecision(t, "peek after 10s", d, err, Decision{Remaining: 0, Limit: 2, RetryAfter: 20 * time.Second, ResetAfter: 50 * time.Second, LimitedBy: "api"})
-	d, err = c.Acquire(bg, "api", Cost(3))
-	wantDecision(t, "cost above capacity", d, err, Decision{Remaining: 0, Limit: 2, RetryAfter: Never, ResetAfter: 50 * time.Second, LimitedBy: "api"})
+	wantDecision(t, "peek after 10s", d, err, client.Decision{Remaining: 0, Limit: 2, RetryAfter: 20 * time.Second, ResetAfter: 50 * time.Second, LimitedBy: "api"})
+	d, err = c.Acquire(bg, "api", client.Cost(3))
+	wantDecision(t, "cost above capacity", d, err, client.Decision{Remaining: 0, Limit: 2, RetryAfter: client.Never, ResetAfter: 50 * time.Second, LimitedBy: "api"})
 
 	s.clock.Advance(50 * time.Second)
-	d, err = c.Acquire(bg, "api", DryRun())
-	wantDecision(t, "dry run on a full bucket", d, err, Decision{Allowed: true, Remaining: 1, Limit: 2, ResetAfter: 30 * time.Second, LimitedBy: "api"})
-	d, err = c.Acquire(bg, "api", Cost(0), Wait(time.Second))
-	wantDecision(t, "COST 0 WAIT 1000", d, err, Decision{Allowed: true, Remaining: 2, Limit: 2, LimitedBy: "api"})
+	d, err = c.Acquire(bg, "api", client.DryRun())
+	wantDecision(t, "dry run on a full bucket", d, err, client.Decision{Allowed: true, Remaining: 1, Limit: 2, ResetAfter: 30 * time.Second, LimitedBy: "api"})
+	d, err = c.Acquire(bg, "api", client.Cost(0), client.Wait(time.Second))
+	wantDecision(t, "COST 0 WAIT 1000", d, err, client.Decision{Allowed: true, Remaining: 2, Limit: 2, LimitedBy: "api"})
 }
 
 func TestAcquireSubjectDegradeUnlimitedAndErrors(t *testing.T) {
@@ -62,34 +64,34 @@ func TestAcquireSubjectDegradeUnlimitedAndErrors(t *testing.T) {
 	s.set(t, "per-ip", "RATE", 5, "PER", "second", "SCOPE", "ip")
 	s.set(t, "deg", "RATE", 1, "PER", "minute", "STRATEGY", "degrade")
 	s.set(t, "free", "{}")
-	c := New(s.rdb)
+	c := s.client()
 
 	_, err := c.Acquire(bg, "per-ip")
 	wantErr(t, "no KEY", err, "ERR budget 'per-ip' has scope ip: KEY required")
-	d, err := c.Acquire(bg, "per-ip", Key("192.0.2.1"))
-	wantDecision(t, "KEY", d, err, Decision{Allowed: true, Remaining: 4, Limit: 5, ResetAfter: 200 * time.Millisecond, LimitedBy: "per-ip#192.0.2.1"})
+	d, err := c.Acquire(bg, "per-ip", client.Key("192.0.2.1"))
+	wantDecision(t, "KEY", d, err, client.Decision{Allowed: true, Remaining: 4, Limit: 5, ResetAfter: 200 * time.Millisecond, LimitedBy: "per-ip#192.0.2.1"})
 
 	d, err = c.Acquire(bg, "deg")
-	wantDecision(t, "degrade, first", d, err, Decision{Allowed: true, Remaining: 0, Limit: 1, ResetAfter: time.Minute, LimitedBy: "deg"})
+	wantDecision(t, "degrade, first", d, err, client.Decision{Allowed: true, Remaining: 0, Limit: 1, ResetAfter: time.Minute, LimitedBy: "deg"})
 	d, err = c.Acquire(bg, "deg")
-	wantDecision(t, "degrade, over the limit", d, err, Decision{Allowed: true, Degraded: true, Remaining: 0, Limit: 1,
+	wantDecision(t, "degrade, over the limit", d, err, client.Decision{Allowed: true, Degraded: true, Remaining: 0, Limit: 1,
 		RetryAfter: time.Minute, ResetAfter: time.Minute, LimitedBy: "deg"})
 
 	d, err = c.Acquire(bg, "free")
-	wantDecision(t, "unlimited", d, err, Decision{Allowed: true, Remaining: -1, Limit: -1, LimitedBy: "free"})
+	wantDecision(t, "unlimited", d, err, client.Decision{Allowed: true, Remaining: -1, Limit: -1, LimitedBy: "free"})
 	if !d.Unlimited() {
 		t.Fatal("Unlimited() is false for limit -1")
 	}
 
 	_, err = c.Acquire(bg, "nowhere")
 	wantErr(t, "unconfigured path", err, "NOBUDGET no budget node on path 'nowhere'")
-	if !IsNoBudget(err) || !IsNoBudget(fmt.Errorf("gateway: %w", err)) {
+	if !client.IsNoBudget(err) || !client.IsNoBudget(fmt.Errorf("gateway: %w", err)) {
 		t.Fatalf("IsNoBudget(%v) is false", err)
 	}
-	if IsNoBudget(errors.New("NOBUDGET made up")) || IsNoBudget(nil) {
+	if client.IsNoBudget(errors.New("NOBUDGET made up")) || client.IsNoBudget(nil) {
 		t.Fatal("IsNoBudget is true for an error that is not a server reply")
 	}
-	_, err = c.Acquire(bg, "api", Cost(-1))
+	_, err = c.Acquire(bg, "api", client.Cost(-1))
 	if err == nil || !strings.HasPrefix(err.Error(), "ERR COST must be an integer between 0 and") {
 		t.Fatalf("COST -1: %v", err)
 	}
@@ -97,35 +99,35 @@ func TestAcquireSubjectDegradeUnlimitedAndErrors(t *testing.T) {
 
 func TestAcquireInlineAndPeekInline(t *testing.T) {
 	s := startSluice(t)
-	c := New(s.rdb)
-	lim := Limit{Rate: 3, Per: time.Minute}
+	c := s.client()
+	lim := client.Limit{Rate: 3, Per: time.Minute}
 	d, err := c.AcquireInline(bg, "k", lim)
-	wantDecision(t, "inline", d, err, Decision{Allowed: true, Remaining: 2, Limit: 3, ResetAfter: 20 * time.Second, LimitedBy: "k"})
-	d, err = c.PeekInline(bg, "k", lim, Cost(2))
-	wantDecision(t, "peek inline", d, err, Decision{Allowed: true, Remaining: 0, Limit: 3, ResetAfter: time.Minute, LimitedBy: "k"})
-	d, err = c.AcquireInline(bg, "k", lim, Cost(3))
-	wantDecision(t, "inline denied", d, err, Decision{Remaining: 2, Limit: 3, RetryAfter: 20 * time.Second, ResetAfter: 20 * time.Second, LimitedBy: "k"})
+	wantDecision(t, "inline", d, err, client.Decision{Allowed: true, Remaining: 2, Limit: 3, ResetAfter: 20 * time.Second, LimitedBy: "k"})
+	d, err = c.PeekInline(bg, "k", lim, client.Cost(2))
+	wantDecision(t, "peek inline", d, err, client.Decision{Allowed: true, Remaining: 0, Limit: 3, ResetAfter: time.Minute, LimitedBy: "k"})
+	d, err = c.AcquireInline(bg, "k", lim, client.Cost(3))
+	wantDecision(t, "inline denied", d, err, client.Decision{Remaining: 2, Limit: 3, RetryAfter: 20 * time.Second, ResetAfter: 20 * time.Second, LimitedBy: "k"})
 	d, err = c.Peek(bg, "k")
-	wantDecision(t, "peek by key, the bucket's own limit", d, err, Decision{Allowed: true, Remaining: 1, Limit: 3, ResetAfter: 40 * time.Second, LimitedBy: "k"})
+	wantDecision(t, "peek by key, the bucket's own limit", d, err, client.Decision{Allowed: true, Remaining: 1, Limit: 3, ResetAfter: 40 * time.Second, LimitedBy: "k"})
 
 	// A window that is not one unit, a burst and an algorithm.
-	d, err = c.AcquireInline(bg, "odd", Limit{Rate: 3, Per: 1500 * time.Millisecond, Burst: 6, Algo: "gcra"})
-	wantDecision(t, "1s500ms", d, err, Decision{Allowed: true, Remaining: 5, Limit: 6, ResetAfter: 500 * time.Millisecond, LimitedBy: "odd"})
+	d, err = c.AcquireInline(bg, "odd", client.Limit{Rate: 3, Per: 1500 * time.Millisecond, Burst: 6, Algo: "gcra"})
+	wantDecision(t, "1s500ms", d, err, client.Decision{Allowed: true, Remaining: 5, Limit: 6, ResetAfter: 500 * time.Millisecond, LimitedBy: "odd"})
 
-	_, err = c.AcquireInline(bg, "bad", Limit{Rate: 1, Per: -time.Second})
+	_, err = c.AcquireInline(bg, "bad", client.Limit{Rate: 1, Per: -time.Second})
 	wantErr(t, "negative Per", err, "client: Limit.Per must be positive (0 means one second), got -1s")
-	_, err = c.AcquireInline(bg, "bad", Limit{Rate: 0})
+	_, err = c.AcquireInline(bg, "bad", client.Limit{Rate: 0})
 	wantErr(t, "RATE 0", err, "ERR RATE must be an integer between 1 and 1000000000000")
-	_, err = c.Peek(bg, "k", DryRun())
+	_, err = c.Peek(bg, "k", client.DryRun())
 	wantErr(t, "peek with DryRun", err, "client: RL.PEEK takes no Wait or DryRun option: it never consumes")
 }
 
 func TestThrottle(t *testing.T) {
 	s := startSluice(t)
-	c := New(s.rdb)
-	want := []ThrottleResult{
-		{Limit: 2, Remaining: 1, RetryAfter: Never, ResetAfter: time.Minute},
-		{Limit: 2, Remaining: 0, RetryAfter: Never, ResetAfter: 2 * time.Minute},
+	c := s.client()
+	want := []client.ThrottleResult{
+		{Limit: 2, Remaining: 1, RetryAfter: client.Never, ResetAfter: time.Minute},
+		{Limit: 2, Remaining: 0, RetryAfter: client.Never, ResetAfter: 2 * time.Minute},
 		{Limited: true, Limit: 2, Remaining: 0, RetryAfter: time.Minute, ResetAfter: 2 * time.Minute},
 	}
 	for i, w := range want {
@@ -140,7 +142,7 @@ func TestThrottle(t *testing.T) {
 
 // countingDoer records the commands sent through it.
 type countingDoer struct {
-	Doer
+	client.Doer
 	mu   sync.Mutex
 	cmds []string
 }
@@ -166,14 +168,13 @@ func TestPolicyWalksUpAndCaches(t *testing.T) {
 	s.set(t, "priv", "RATE", 5, "PER", "1h30m")
 	doer := &countingDoer{Doer: s.rdb}
 	now := time.Unix(1e9, 0)
-	c := New(doer)
-	c.now = func() time.Time { return now }
+	c := s.clientOn(doer, client.Clock(func() time.Time { return now }))
 
 	p, err := c.Policy(bg, "org/team/alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{Path: "org/team/alice", Node: "org", Implicit: true, HasLimit: true, Rate: 10, Window: time.Minute, Burst: 5,
+	want := client.Policy{Path: "org/team/alice", Node: "org", Implicit: true, HasLimit: true, Rate: 10, Window: time.Minute, Burst: 5,
 		Mode: "unlimited", TotalWindow: time.Minute, Algorithm: "token_bucket", Sharing: "inherit", Scope: "tenant",
 		Strategy: "reject", Cost: 1, ResponseHeaders: false, Version: p.Version}
 	if p != want || p.Version == 0 {
@@ -200,7 +201,7 @@ func TestPolicyWalksUpAndCaches(t *testing.T) {
 	if p, _ := c.Policy(bg, "org/team/alice"); p.Node != "org" || p.Rate != 10 {
 		t.Fatalf("within the TTL: %+v", p)
 	}
-	now = now.Add(DefaultPolicyTTL)
+	now = now.Add(client.DefaultPolicyTTL)
 	p, err = c.Policy(bg, "org/team/alice")
 	if err != nil || p.Node != "org/team" || !p.Implicit || p.HasLimit || !p.ResponseHeaders || p.Sharing != "private" {
 		t.Fatalf("after the TTL: %+v %v", p, err)
@@ -225,7 +226,7 @@ func TestPolicyWalksUpAndCaches(t *testing.T) {
 	doer.take()
 	_, err = c.Policy(bg, "none/a")
 	wantErr(t, "unconfigured", err, "client: policy for 'none/a': NOBUDGET no budget node on path 'none/a'")
-	if !IsNoBudget(err) {
+	if !client.IsNoBudget(err) {
 		t.Fatalf("IsNoBudget(%v) is false", err)
 	}
 	if got := doer.take(); !reflect.DeepEqual(got, []string{"RL.BUDGET GET none/a", "RL.BUDGET GET none", "RL.ACQUIRE none/a DRYRUN"}) {
@@ -244,7 +245,7 @@ func TestPolicyWithoutCache(t *testing.T) {
 	s := startSluice(t)
 	s.set(t, "a", "RATE", 1)
 	doer := &countingDoer{Doer: s.rdb}
-	c := New(doer, PolicyTTL(0))
+	c := s.clientOn(doer, client.PolicyTTL(0))
 	for i := 0; i < 2; i++ {
 		if _, err := c.Policy(bg, "a"); err != nil {
 			t.Fatal(err)
@@ -253,21 +254,30 @@ func TestPolicyWithoutCache(t *testing.T) {
 	if got := doer.take(); len(got) != 2 {
 		t.Fatalf("PolicyTTL(0) sent %q, want two reads", got)
 	}
-	if len(c.nodes) != 0 {
-		t.Fatalf("PolicyTTL(0) cached %d paths", len(c.nodes))
-	}
 }
 
 func TestPolicyCacheIsBounded(t *testing.T) {
 	s := startSluice(t)
 	s.set(t, "a", "RATE", 1, "SHARING", "inherit")
-	c := New(s.rdb, PolicyCacheSize(3))
+	doer := &countingDoer{Doer: s.rdb}
+	c := s.clientOn(doer, client.PolicyCacheSize(3))
 	for i := 0; i < 10; i++ {
 		if _, err := c.Policy(bg, fmt.Sprintf("a/%d", i)); err != nil {
 			t.Fatal(err)
 		}
-		if len(c.nodes) > 3 {
-			t.Fatalf("cache holds %d paths, bound 3", len(c.nodes))
+	}
+	doer.take()
+	cached := 0
+	for i := 0; i < 10; i++ {
+		path := fmt.Sprintf("a/%d", i)
+		if _, err := c.Policy(bg, path); err != nil {
+			t.Fatal(err)
 		}
+		if got := doer.take(); len(got) == 0 || got[0] != "RL.BUDGET GET "+path {
+			cached++
+		}
+	}
+	if cached > 3 {
+		t.Fatalf("%d of 10 paths answered from the cache, bound 3", cached)
 	}
 }

@@ -1,7 +1,8 @@
 // Package ratehdr writes the rate-limit headers of a limiting reply
-// (docs/clients.md, "Headers"), for every front that carries them: package httplimit's
-// middleware, the HTTP API and Envoy's response_headers_to_add. It depends
-// on nothing of sluice, so that each of those can use it.
+// (docs/clients.md, "Headers") for every front that carries them: package
+// httplimit's middleware, the server's HTTP API and Envoy's
+// response_headers_to_add. It depends on the standard library alone, so
+// that the server and the client module share one definition.
 package ratehdr
 
 import (

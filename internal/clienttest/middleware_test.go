@@ -1,4 +1,4 @@
-package httplimit_test
+package clienttest
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/httplimit"
+	"github.com/sluice-rl/sluice/client/httplimit"
 )
 
 // limitHeaders are the headers the middleware may set.
@@ -138,7 +138,7 @@ func TestAllowedThenDenied(t *testing.T) {
 	s.set(t, "api", "RATE", 2, "PER", "minute", "SCOPE", "ip")
 	var errs errorLog
 	a := &app{}
-	h := httplimit.New(client.New(s.rdb), httplimit.Path("api"), httplimit.ErrorHandler(errs.handler))(a)
+	h := httplimit.New(s.client(), httplimit.Path("api"), httplimit.ErrorHandler(errs.handler))(a)
 	const alice, bob = "192.0.2.1:1234", "198.51.100.7:5555"
 	pol := `"burst";q=2;w=60`
 
@@ -173,7 +173,7 @@ func TestCostAboveCapacityIsNeverAdmitted(t *testing.T) {
 	s.set(t, "api", "RATE", 2, "PER", "minute")
 	var errs errorLog
 	a := &app{}
-	h := httplimit.New(client.New(s.rdb), httplimit.ErrorHandler(errs.handler),
+	h := httplimit.New(s.client(), httplimit.ErrorHandler(errs.handler),
 		httplimit.KeyFunc(func(r *http.Request) (string, string, int64, error) {
 			return "api", "", 5, nil
 		}))(a)
@@ -191,7 +191,7 @@ func TestDegraded(t *testing.T) {
 	s.set(t, "deg", "RATE", 1, "PER", "minute", "STRATEGY", "degrade")
 	var errs errorLog
 	a := &app{}
-	h := httplimit.New(client.New(s.rdb), httplimit.Path("deg"), httplimit.ErrorHandler(errs.handler))(a)
+	h := httplimit.New(s.client(), httplimit.Path("deg"), httplimit.ErrorHandler(errs.handler))(a)
 	pol := `"burst";q=1;w=60`
 	check(t, "within the limit", request(h, ""), 200, "ok", headers(pol, "1", 0, 60))
 	check(t, "over the limit", request(h, ""), 200, "degraded", headers(pol, "1", 0, 60))
@@ -206,7 +206,7 @@ func TestResponseHeadersFalseAndHeadersOption(t *testing.T) {
 	s.set(t, "quiet", "RATE", 1, "PER", "minute", "RESPONSE_HEADERS", "no")
 	s.set(t, "loud", "RATE", 1, "PER", "minute")
 	var errs errorLog
-	l := client.New(s.rdb)
+	l := s.client()
 	a := &app{}
 	h := httplimit.New(l, httplimit.Path("quiet"), httplimit.ErrorHandler(errs.handler))(a)
 	check(t, "quiet, allowed", request(h, ""), 200, "ok", nil)
@@ -227,7 +227,7 @@ func TestUnlimitedPath(t *testing.T) {
 	s.set(t, "free", "{}")
 	var errs errorLog
 	a := &app{}
-	h := httplimit.New(client.New(s.rdb), httplimit.Path("free"), httplimit.ErrorHandler(errs.handler))(a)
+	h := httplimit.New(s.client(), httplimit.Path("free"), httplimit.ErrorHandler(errs.handler))(a)
 	for i := 0; i < 3; i++ {
 		check(t, "unlimited", request(h, ""), 200, "ok", nil)
 	}
@@ -241,7 +241,7 @@ func TestInlineLimit(t *testing.T) {
 	s := startSluice(t)
 	var errs errorLog
 	a := &app{}
-	l := client.New(s.rdb)
+	l := s.client()
 	byIP := func(r *http.Request) string { return "inline:" + httplimit.RemoteIP(r) }
 	h := httplimit.New(l, httplimit.Path("ignored"), httplimit.ErrorHandler(errs.handler),
 		httplimit.Inline(byIP, client.Limit{Rate: 3, Per: time.Minute}))(a)
@@ -271,7 +271,7 @@ func TestImplicitChildAndAncestorLevels(t *testing.T) {
 	s.set(t, "pool", `{"budget":{"mode":"shared","total":5},"sustained":{"window":"minute"}}`)
 	var errs errorLog
 	a := &app{}
-	l := client.New(s.rdb)
+	l := s.client()
 	team := func(prefix string) httplimit.Option {
 		return httplimit.KeyFunc(func(r *http.Request) (string, string, int64, error) {
 			return prefix + "/" + r.Header.Get("X-Team"), "", 0, nil
@@ -311,7 +311,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 	s.set(t, "api", "RATE", 1, "PER", "minute")
 	var errs errorLog
 	a := &app{}
-	l := client.New(s.rdb)
+	l := s.client()
 	open := httplimit.New(l, httplimit.Path("api"), httplimit.ErrorHandler(errs.handler))(a)
 	closed := httplimit.New(l, httplimit.Path("api"), httplimit.FailOpen(false), httplimit.ErrorHandler(errs.handler))(a)
 	check(t, "before the stop", request(open, ""), 200, "ok", headers(`"burst";q=1;w=60`, "1", 0, 60))
@@ -352,7 +352,7 @@ func TestRealClockRounding(t *testing.T) {
 	s := startSluiceClock(t, false)
 	s.set(t, "api", "RATE", 2, "PER", "minute")
 	var errs errorLog
-	h := httplimit.New(client.New(s.rdb), httplimit.Path("api"), httplimit.ErrorHandler(errs.handler))(&app{})
+	h := httplimit.New(s.client(), httplimit.Path("api"), httplimit.ErrorHandler(errs.handler))(&app{})
 	pol := `"burst";q=2;w=60`
 
 	// The first call finds a full bucket and takes one token: the reset is
@@ -387,7 +387,7 @@ func TestKeyFuncErrors(t *testing.T) {
 	s := startSluice(t)
 	var errs errorLog
 	a := &app{}
-	l := client.New(s.rdb)
+	l := s.client()
 	for _, c := range []struct {
 		f    func(*http.Request) (string, string, int64, error)
 		want string
