@@ -30,8 +30,8 @@ func (n *Node) startQuotaSync(cfg *Config) {
 	env.Metrics.Registry.MustRegister(q.Committed.(prometheus.Counter), q.Failed.(prometheus.Counter))
 	// In a cluster, quotas admit only from units reserved through Raft.
 	r := &quota.Reserver{Self: self + "@" + quota.Incarnation(), Ready: n.Raft.Ready, Store: env.Store, Clock: env.Clock, Log: n.log,
-		Members:   func() int { return len(n.Raft.State().Members) },
-		Propose:   func(items []quota.Item) error { return env.Service.ReserveQuotas(self, items) },
+		Members: func() int { return len(n.Raft.State().Members) },
+
 		Committed: fsm.Quota,
 		Reserved: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_quota_reservations_total",
 			Help: "Quota reservation entries (units asked for or given back) this node committed through Raft."}),
@@ -39,6 +39,7 @@ func (n *Node) startQuotaSync(cfg *Config) {
 			Help: "Quota reservations that failed (no leader, the leader unreachable or refusing); calls needing the units are refused meanwhile."}),
 	}
 	env.Metrics.Registry.MustRegister(r.Reserved.(prometheus.Counter), r.Failed.(prometheus.Counter))
+	r.Propose = func(items []quota.Item) error { return env.Service.ReserveQuotas(r.Self, items) }
 	r.Init()
 	q.Reserver = r
 	env.Store.SetQuotaGate(r)
