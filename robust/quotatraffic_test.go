@@ -22,6 +22,7 @@ type acqCall struct {
 	node         int
 	call, ret    int64
 	err          string
+	notSent      bool
 	quota, lease bool
 }
 
@@ -67,6 +68,9 @@ func (q *quotaTraffic) call(n *node, lease bool) bool {
 	a := acqCall{node: n.idx, call: call, ret: ret, quota: !lease, lease: lease}
 	if err != nil {
 		a.err = err.Error()
+		// A call never sent (the dial failed, or go-redis answered with
+		// its last dial error while its pool redials) says nothing.
+		a.notSent = classify(err) == stNotSent
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -91,15 +95,15 @@ func (q *quotaTraffic) overAdmitted() []string {
 	return out
 }
 
-// errorsOutsideFaults lists the calls that failed on a node under no fault
-// for the whole call: RL.ACQUIRE is served by every node, with or without a
+// errorsOutsideFaults lists the calls sent that failed on a node under no
+// fault for the whole call: RL.ACQUIRE is served by every node, with or without a
 // quorum.
 func (q *quotaTraffic) errorsOutsideFaults(faults []fault) []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []string
 	for _, a := range q.calls {
-		if a.err == "" || overlapsFault(op{Node: a.node, Call: a.call, Return: a.ret}, faults, true) {
+		if a.err == "" || a.notSent || overlapsFault(op{Node: a.node, Call: a.call, Return: a.ret}, faults, true) {
 			continue
 		}
 		what := "quota"

@@ -592,12 +592,48 @@ func (nm *nemesis) begin(kind string, n *node) int {
 	return len(nm.faults) - 1
 }
 
+// end closes fault i's window once its node is back in the cluster: it
+// names a leader and has applied what the others had committed when it
+// was repaired. Until then it cannot count towards a quorum: a node whose
+// packets were dropped is reached again only when TCP next retransmits,
+// seconds after the repair, and a restarted node replays and catches up.
 func (nm *nemesis) end(t *testing.T, i int) {
+	nm.mu.Lock()
+	n := nm.c.nodes[nm.faults[i].Node]
+	nm.mu.Unlock()
+	repaired := nm.h.now()
+	var target uint64
+	err := eventually(60*time.Second, func() error {
+		if target == 0 {
+			for _, o := range nm.c.nodes {
+				if inf := o.info(); o != n && inf != nil {
+					ci, _ := strconv.ParseUint(inf["commit_index"], 10, 64)
+					target = max(target, ci)
+				}
+			}
+			if target == 0 {
+				return fmt.Errorf("no commit index from the other nodes")
+			}
+		}
+		inf := n.info()
+		if inf == nil || inf["leader_id"] == "" {
+			return fmt.Errorf("%s knows no leader", n.id)
+		}
+		if a, _ := strconv.ParseUint(inf["applied_index"], 10, 64); a < target {
+			return fmt.Errorf("%s applied %d of %d", n.id, a, target)
+		}
+		return nil
+	})
 	nm.mu.Lock()
 	nm.faults[i].End = nm.h.now()
 	f := nm.faults[i]
 	nm.mu.Unlock()
-	t.Logf("fault %-9s n%d [%.3fs, %.3fs]", f.Kind, f.Node+1, float64(f.Start)/1e9, float64(f.End)/1e9)
+	note := ""
+	if err != nil {
+		note = "; not back: " + err.Error()
+	}
+	t.Logf("fault %-9s n%d [%.3fs, %.3fs], repaired at %.3fs, back %.3fs later%s", f.Kind, f.Node+1,
+		float64(f.Start)/1e9, float64(f.End)/1e9, float64(repaired)/1e9, float64(f.End-repaired)/1e9, note)
 }
 
 func (nm *nemesis) windows() []fault {
