@@ -282,32 +282,26 @@ func TestRobustness(t *testing.T) {
 	} else if res != porcupine.Ok {
 		t.Logf("linearizability check inconclusive (%s): porcupine timed out", res)
 	}
-	for i, o := range lost {
-		if i == 10 {
-			t.Errorf("... %d lost writes in all", len(lost))
-			break
-		}
-		t.Errorf("lost acknowledged write: %v", o)
-	}
+	reportFirst(t, lost, "lost acknowledged write")
 	for _, s := range corrupt {
 		t.Errorf("final value inconsistent with the history: %s", s)
 	}
-	for i, o := range bounced {
-		if i == 10 {
-			t.Errorf("... %d writes failed while a quorum was reachable", len(bounced))
-			break
-		}
-		t.Errorf("write failed while a quorum was reachable: %v", o)
-	}
+	reportFirst(t, bounced, "write failed while a quorum was reachable")
 	for _, s := range over {
 		t.Errorf("quota over-admitted: %s", s)
 	}
-	for i, s := range acqErrs {
+	reportFirst(t, acqErrs, "RL.ACQUIRE failed on a node under no fault")
+}
+
+// reportFirst fails the test with the first ten items, then their count.
+func reportFirst[T any](t *testing.T, items []T, what string) {
+	t.Helper()
+	for i, x := range items {
 		if i == 10 {
-			t.Errorf("... %d RL.ACQUIRE calls failed on nodes under no fault", len(acqErrs))
-			break
+			t.Errorf("... %d in all: %s", len(items), what)
+			return
 		}
-		t.Errorf("RL.ACQUIRE failed on a node under no fault: %s", s)
+		t.Errorf("%s: %v", what, x)
 	}
 }
 
