@@ -29,7 +29,7 @@ func acquireQuota(c *redis.Client, key string, quota int) (bool, error) {
 
 // TestQuotaAfterCrash admits 20 calls against a quota of 100 a day on one
 // node, kills it with SIGKILL, restarts it on its data and calls it at once
-// (as soon as it answers PING, before /readyz), 60 times, then 20 times
+// (as soon as it answers PING, before /readyz), 100 times, then 40 times
 // spread over all three nodes. The units the node's previous life had
 // reserved were that life's to admit, and it may have: docs/cluster.md
 // ("Calendar quotas in a cluster") promises the cluster never admits more
@@ -59,16 +59,16 @@ func TestQuotaAfterCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		after, spread, errs := 0, 0, 0
-		for i := 0; i < 80; i++ {
+		for i := 0; i < 140; i++ {
 			n := x
-			if i >= 60 {
+			if i >= 100 {
 				n = c.nodes[i%3]
 			}
 			ok, err := acquireQuota(n.client, key, quota)
 			switch {
 			case err != nil:
 				errs++
-			case ok && n == x && i < 60:
+			case ok && n == x && i < 100:
 				after++
 			case ok:
 				spread++
