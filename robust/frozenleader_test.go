@@ -103,6 +103,10 @@ func frozenLeaderRounds(t *testing.T, c *cluster, fault func(n *node, on bool) e
 				}
 			}()
 		}
+		// On a fatal failure the writers must stop too, not spin on
+		// closed clients beside the next tests.
+		halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		defer halt()
 		// Writes flow before the fault, so some are in flight when it comes.
 		waitFor(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(results) >= 20 })
 		faultAt := time.Now()
@@ -131,8 +135,7 @@ func frozenLeaderRounds(t *testing.T, c *cluster, fault func(n *node, on bool) e
 		if err := fault(l, false); err != nil {
 			t.Fatal(err)
 		}
-		close(stop)
-		wg.Wait()
+		halt()
 		if termEnd > termNamed {
 			disturbed++
 			failed := 0
