@@ -128,7 +128,7 @@ func TestCheckerStaleReads(t *testing.T) {
 	}
 }
 
-func TestCheckerTryagain(t *testing.T) {
+func TestCheckerWriteErrors(t *testing.T) {
 	at := func(node int, o op) op { o.Node = node; return o }
 	faults := []fault{
 		{Kind: "kill", Node: 0, Start: 100, End: 200},
@@ -136,15 +136,16 @@ func TestCheckerTryagain(t *testing.T) {
 		{Kind: "partition", Node: 2, Start: 390, End: 500},
 	}
 	ops := []op{
-		at(0, w("a", 1, 150, 160, stFailed)), // its node was killed: allowed
-		at(1, w("a", 2, 150, 160, stFailed)), // n1 killed, n2+n3 a quorum: violation
-		at(1, w("a", 3, 50, 99, stFailed)),   // no fault: violation
-		at(0, w("a", 4, 350, 395, stFailed)), // n2 and n3 both faulted during the call: allowed
-		at(0, w("a", 5, 350, 360, stUnknown)),
+		at(0, w("a", 1, 150, 160, stFailed)),  // its node was killed: allowed
+		at(1, w("a", 2, 150, 160, stFailed)),  // n1 killed, n2+n3 a quorum: violation
+		at(1, w("a", 3, 50, 99, stFailed)),    // no fault: violation
+		at(0, w("a", 4, 350, 395, stFailed)),  // n2 and n3 both faulted during the call: allowed
+		at(0, w("a", 5, 350, 360, stUnknown)), // no reply, n1 and n3 a quorum: violation
 		at(0, w("a", 6, 350, 360, stOK)),
+		at(2, w("a", 7, 600, 610, stNotSent)), // never sent: not a write error
 	}
-	got := tryagainDuringQuorum(ops, faults)
-	if len(got) != 2 || got[0].Value != 2 || got[1].Value != 3 {
-		t.Errorf("got %v, want writes 2 and 3", got)
+	got := writeErrorsDuringQuorum(ops, faults)
+	if len(got) != 3 || got[0].Value != 2 || got[1].Value != 3 || got[2].Value != 5 {
+		t.Errorf("got %v, want writes 2, 3 and 5", got)
 	}
 }

@@ -100,12 +100,21 @@ type cluster struct {
 	net   *netLab // nil: all nodes on 127.0.0.1
 	// applyTimeout says whether the binary took --apply-timeout.
 	applyTimeout bool
+	// apply is the --apply-timeout given (when the binary takes it).
+	apply time.Duration
 }
 
 // newCluster lays out three nodes (on loopback, or one per namespace of lab)
-// without starting them. The work directory (data and logs) is kept when the
-// test fails, and its path logged.
+// without starting them, with --apply-timeout 5s. The work directory (data
+// and logs) is kept when the test fails, and its path logged.
 func newCluster(t *testing.T, lab *netLab) *cluster {
+	t.Helper()
+	return newClusterApply(t, lab, 5*time.Second)
+}
+
+// newClusterApply is newCluster with the given --apply-timeout: tests of
+// faults that must outlast it keep them short with a short one.
+func newClusterApply(t *testing.T, lab *netLab, apply time.Duration) *cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "sluice-robust-")
 	if err != nil {
@@ -118,7 +127,7 @@ func newCluster(t *testing.T, lab *netLab) *cluster {
 		}
 		os.RemoveAll(dir)
 	})
-	c := &cluster{t: t, bin: sluiceBinary(t), dir: dir, net: lab}
+	c := &cluster{t: t, bin: sluiceBinary(t), dir: dir, net: lab, apply: apply}
 	c.applyTimeout = binaryHasFlag(c.bin, "apply-timeout")
 	var peers []string
 	for i := 1; i <= 3; i++ {
@@ -139,7 +148,7 @@ func newCluster(t *testing.T, lab *netLab) *cluster {
 		n.args = []string{"--node-id", n.id, "--resp-addr", n.resp, "--advertise", n.resp, "--raft-addr", n.raft,
 			"--http-addr", "", "--data-dir", n.dir, "--bootstrap-peers", strings.Join(peers, ","), "--log-format", "text"}
 		if c.applyTimeout {
-			n.args = append(n.args, "--apply-timeout", "5s")
+			n.args = append(n.args, "--apply-timeout", apply.String())
 		}
 		if lab != nil {
 			// Clients and peers come from 10.231.x.y, not loopback.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -327,17 +326,14 @@ type fault struct {
 
 func overlaps(f fault, call, ret int64) bool { return f.Start <= ret && call <= f.End }
 
-// tryagainDuringQuorum returns the writes answered TRYAGAIN or CLUSTERDOWN
-// although, for the whole call, the node they were sent to was neither
-// killed, stopped nor cut off, and at most one node was (so it and another
-// node made a quorum).
-func tryagainDuringQuorum(ops []op, faults []fault) []op {
+// writeErrorsDuringQuorum returns the writes that failed (an error reply)
+// or got no reply although, for the whole call, the node they were sent to
+// was under no fault, and at most one node was (so it and another node made
+// a quorum).
+func writeErrorsDuringQuorum(ops []op, faults []fault) []op {
 	var out []op
 	for _, o := range ops {
-		if o.Kind != opWrite || o.Status != stFailed {
-			continue
-		}
-		if !strings.HasPrefix(o.Err, "TRYAGAIN") && !strings.HasPrefix(o.Err, "CLUSTERDOWN") {
+		if o.Kind != opWrite || (o.Status != stFailed && o.Status != stUnknown) {
 			continue
 		}
 		if overlapsFault(o, faults, true) {

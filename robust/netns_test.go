@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/testport"
 )
@@ -182,3 +183,72 @@ func (l *netLab) cut(i int, off bool) error {
 // freePort returns a loopback port no other node of this test run was
 // given (testport.Free).
 func freePort(t *testing.T) string { return testport.Free(t) }
+
+// needNetLab builds a netLab for a test that cannot run without one: where
+// namespaces are not usable it skips, or fails when SLUICE_REQUIRE_TOOLS
+// is set (CI).
+func needNetLab(t *testing.T) *netLab {
+	t.Helper()
+	if ok, why := probeNetns(); !ok {
+		missingTool(t, "network namespaces are not usable: "+why)
+	}
+	lab, err := newNetLab(t, rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano()))))
+	if err != nil {
+		t.Fatalf("building network namespaces: %v", err)
+	}
+	return lab
+}
+
+// missingTool skips a test that needs what this machine lacks, or fails it
+// when SLUICE_REQUIRE_TOOLS is set.
+func missingTool(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+		t.Fatal(why)
+	}
+	t.Skip(why + " (SLUICE_REQUIRE_TOOLS makes this a failure)")
+}
+
+// probeIPTables says whether iptables can filter inside a namespace of the
+// lab, and if not, why.
+func probeIPTables(l *netLab) (bool, string) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return false, "no iptables command (apt-get install iptables)"
+	}
+	if out, err := exec.Command("ip", "netns", "exec", l.nodeNS(1), "iptables", "-w", "-S").CombinedOutput(); err != nil {
+		return false, fmt.Sprintf("iptables in a namespace: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return true, ""
+}
+
+// raftCut drops, or lets through again, all traffic of the Raft port in
+// node n's namespace, in and out: its peers can neither reach its Raft
+// listener nor be reached by it, while its RESP port stays open to
+// clients (and its forwards to the leader's RESP port go through).
+func (l *netLab) raftCut(n *node, off bool) error {
+	_, port, err := net.SplitHostPort(n.raft)
+	if err != nil {
+		return err
+	}
+	ipt := func(args ...string) error {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", n.ns, "iptables", "-w"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables %s in %s: %v: %s", strings.Join(args, " "), n.ns, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if !off {
+		if err := ipt("-F", "INPUT"); err != nil {
+			return err
+		}
+		return ipt("-F", "OUTPUT")
+	}
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		for _, dir := range []string{"--dport", "--sport"} {
+			if err := ipt("-A", chain, "-p", "tcp", dir, port, "-j", "DROP"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

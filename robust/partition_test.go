@@ -3,8 +3,6 @@ package robust
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,18 +25,7 @@ func TestCutOffNodeKeepsLimiting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster in network namespaces; skipped under -short")
 	}
-	ok, why := probeNetns()
-	if !ok {
-		if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
-			t.Fatalf("network namespaces are not usable: %s", why)
-		}
-		t.Skipf("network namespaces are not usable: %s (SLUICE_REQUIRE_TOOLS makes this a failure)", why)
-	}
-	lab, err := newNetLab(t, rand.New(rand.NewPCG(uint64(os.Getpid()), 7)))
-	if err != nil {
-		t.Fatalf("building network namespaces: %v", err)
-	}
-	c := newCluster(t, lab)
+	c := newCluster(t, needNetLab(t))
 	c.startAll()
 	if _, err := c.leader(60 * time.Second); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,16 @@ type settings struct {
 	faults     map[string]bool
 }
 
-var faultKinds = []string{"kill", "stop", "partition"}
+// faultKinds are the nemesis's faults: kill -9 and restart; SIGSTOP for
+// 1–4 s; a node cut off the bridge for 2–6 s; the leader frozen (SIGSTOP)
+// or cut off for twice --apply-timeout, longer than every timeout; a
+// Raft-only partition (iptables on the Raft port, RESP open) for more than
+// --apply-timeout; and crash-then-call: kill -9, restart, and quota calls
+// on the node as soon as it answers PING, while it replays.
+var faultKinds = []string{"kill", "stop", "partition", "freeze", "cutleader", "raftcut", "crashcall"}
+
+// netKinds need network namespaces (raftcut also iptables).
+var netKinds = map[string]bool{"partition": true, "cutleader": true, "raftcut": true}
 
 func readSettings(t *testing.T) settings {
 	s := settings{duration: 60 * time.Second, partitions: "auto", faults: map[string]bool{}}
@@ -67,8 +76,8 @@ func readSettings(t *testing.T) settings {
 	case "off", "none":
 	default:
 		for _, k := range strings.Split(v, ",") {
-			if !strings.Contains(" kill stop partition ", " "+k+" ") {
-				t.Fatalf("SLUICE_CHAOS_FAULTS=%q: want all, off, or a list of kill, stop, partition", v)
+			if !strings.Contains(" "+strings.Join(faultKinds, " ")+" ", " "+k+" ") {
+				t.Fatalf("SLUICE_CHAOS_FAULTS=%q: want all, off, or a list of %s", v, strings.Join(faultKinds, ", "))
 			}
 			s.faults[k] = true
 		}
@@ -92,7 +101,11 @@ func TestRobustness(t *testing.T) {
 
 	var lab *netLab
 	partNote := ""
-	if cfg.faults["partition"] {
+	wantLab := false
+	for k := range netKinds {
+		wantLab = wantLab || cfg.faults[k]
+	}
+	if wantLab {
 		ok, why := false, "SLUICE_CHAOS_PARTITIONS=off"
 		if cfg.partitions != "off" {
 			ok, why = probeNetns()
@@ -107,11 +120,22 @@ func TestRobustness(t *testing.T) {
 			if cfg.partitions == "on" {
 				t.Fatalf("SLUICE_CHAOS_PARTITIONS=on but network namespaces are not usable: %s", why)
 			}
-			delete(cfg.faults, "partition")
-			partNote = "DISABLED (" + why + "); no partition faults were injected"
+			for k := range netKinds {
+				delete(cfg.faults, k)
+			}
+			partNote = "DISABLED (" + why + "); no partition, cutleader or raftcut faults were injected"
 		}
 	} else {
 		partNote = "not requested (SLUICE_CHAOS_FAULTS)"
+	}
+	if lab != nil && cfg.faults["raftcut"] {
+		if ok, why := probeIPTables(lab); !ok {
+			if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+				t.Fatalf("raftcut faults: %s", why)
+			}
+			delete(cfg.faults, "raftcut")
+			partNote += "; raftcut DISABLED (" + why + ")"
+		}
 	}
 	t.Logf("partitions: %s", partNote)
 
@@ -143,6 +167,20 @@ func TestRobustness(t *testing.T) {
 			reader(ctx, c, h, r, &clientIDs, true, linErrs)
 		}()
 	}
+	qt := newQuotaTraffic(h)
+	for w := 0; w < 2; w++ {
+		r := rand.New(rand.NewPCG(cfg.seed, uint64(400+w)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			qt.drive(ctx, c, r, false)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		qt.drive(ctx, c, rand.New(rand.NewPCG(cfg.seed, 500)), true)
+	}()
 	for w := 0; w < 2; w++ {
 		r := rand.New(rand.NewPCG(cfg.seed, uint64(300+w)))
 		wg.Add(1)
@@ -151,7 +189,7 @@ func TestRobustness(t *testing.T) {
 			reader(ctx, c, h, r, &clientIDs, false, plainErrs)
 		}()
 	}
-	nem := &nemesis{c: c, h: h, rng: rand.New(rand.NewPCG(cfg.seed, 1)), lab: lab}
+	nem := &nemesis{c: c, h: h, rng: rand.New(rand.NewPCG(cfg.seed, 1)), lab: lab, qt: qt}
 	for _, k := range faultKinds {
 		if cfg.faults[k] {
 			nem.kinds = append(nem.kinds, k)
@@ -205,15 +243,19 @@ func TestRobustness(t *testing.T) {
 	res, viz, vizErr := checkLinearizable(ops, 3*time.Minute)
 	// (3) Durability.
 	lost, corrupt := durability(ops, final)
-	// (4) TRYAGAIN/CLUSTERDOWN while a quorum was reachable.
-	bounced := tryagainDuringQuorum(ops, faults)
+	// (4) Write errors while a quorum was reachable.
+	bounced := writeErrorsDuringQuorum(ops, faults)
+	// (5) Quotas: never more admitted than the quota; limiting calls
+	// answered by every node not under a fault.
+	over := qt.overAdmitted()
+	acqErrs := qt.errorsOutsideFaults(faults)
 	stale, plainOK, plainUnknown := staleReads(ops)
 
 	sum := summarize(ops, append(faults, elections.windows()...))
 	var b strings.Builder
 	line := func(k, f string, a ...any) { fmt.Fprintf(&b, "%-24s %s\n", k+":", fmt.Sprintf(f, a...)) }
 	b.WriteString("---- sluice robustness summary ----\n")
-	line("binary", "%s (--apply-timeout 5s: %s)", c.bin, yesNo(c.applyTimeout))
+	line("binary", "%s (--apply-timeout %v: %s)", c.bin, c.apply, yesNo(c.applyTimeout))
 	line("duration", "%v of traffic (history %.1fs, to the last repair), seed %d", cfg.duration, float64(trafficEnd)/1e9, cfg.seed)
 	line("cluster", "3 processes, --bootstrap-peers; partitions %s", partNote)
 	line("writes", "%d: %d acked, %d failed (error reply), %d unknown (no reply), %d not sent (dial failed)",
@@ -227,7 +269,10 @@ func TestRobustness(t *testing.T) {
 	line("linearizability", "%s (porcupine, %d registers; %d writes, %d consistent + %d final reads)%s",
 		res, len(chaosPaths), sum.writes-sum.notSent, sum.reads[opReadLin], len(final), vizNote(viz, vizErr))
 	line("stale follower reads", "%d of %d plain reads (not a violation)%s", stale, plainOK, listNote(plainUnknown, "of values never written"))
-	line("TRYAGAIN during quorum", "%d of %d writes answered TRYAGAIN/CLUSTERDOWN", len(bounced), sum.bounced)
+	line("errors during quorum", "%d writes failed or got no reply while their node and a quorum were reachable (%d answered TRYAGAIN/CLUSTERDOWN in all)", len(bounced), sum.bounced)
+	line("quota", "%s", qt.summary())
+	line("quota over-admission", "%d of %d quota periods admitted more than %d", len(over), qt.keys(), chaosQuota)
+	line("acquire errors", "%d RL.ACQUIRE calls failed on a node under no fault (%d failed in all)", len(acqErrs), qt.failed())
 	line("write latency (acked)", "p99 %v, max %v; max overlapping a fault or election %v", sum.p99, sum.max, sum.maxFault)
 	b.WriteString("-----------------------------------\n")
 	fmt.Print(b.String())
@@ -237,22 +282,26 @@ func TestRobustness(t *testing.T) {
 	} else if res != porcupine.Ok {
 		t.Logf("linearizability check inconclusive (%s): porcupine timed out", res)
 	}
-	for i, o := range lost {
-		if i == 10 {
-			t.Errorf("... %d lost writes in all", len(lost))
-			break
-		}
-		t.Errorf("lost acknowledged write: %v", o)
-	}
+	reportFirst(t, lost, "lost acknowledged write")
 	for _, s := range corrupt {
 		t.Errorf("final value inconsistent with the history: %s", s)
 	}
-	for i, o := range bounced {
+	reportFirst(t, bounced, "write failed while a quorum was reachable")
+	for _, s := range over {
+		t.Errorf("quota over-admitted: %s", s)
+	}
+	reportFirst(t, acqErrs, "RL.ACQUIRE failed on a node under no fault")
+}
+
+// reportFirst fails the test with the first ten items, then their count.
+func reportFirst[T any](t *testing.T, items []T, what string) {
+	t.Helper()
+	for i, x := range items {
 		if i == 10 {
-			t.Errorf("... %d writes bounced while a quorum was reachable", len(bounced))
-			break
+			t.Errorf("... %d in all: %s", len(items), what)
+			return
 		}
-		t.Errorf("write bounced while a quorum was reachable: %v", o)
+		t.Errorf("%s: %v", what, x)
 	}
 }
 
@@ -516,13 +565,14 @@ func (tw *termWatch) windows() []fault {
 	return append([]fault(nil), tw.ws...)
 }
 
-// nemesis injects one fault at a time, every 3–8 s, and records each
+// nemesis injects one fault at a time, 1–3 s apart, and records each
 // fault's window.
 type nemesis struct {
 	c     *cluster
 	h     *history
 	rng   *rand.Rand
 	lab   *netLab
+	qt    *quotaTraffic
 	kinds []string
 
 	mu     sync.Mutex
@@ -536,18 +586,63 @@ func (nm *nemesis) begin(kind string, n *node) int {
 	return len(nm.faults) - 1
 }
 
+// end closes fault i's window once its node is back in the cluster: it
+// names a leader and has applied what the others had committed when it
+// was repaired. Until then it cannot count towards a quorum: a node whose
+// packets were dropped is reached again only when TCP next retransmits,
+// seconds after the repair, and a restarted node replays and catches up.
 func (nm *nemesis) end(t *testing.T, i int) {
+	nm.mu.Lock()
+	n := nm.c.nodes[nm.faults[i].Node]
+	nm.mu.Unlock()
+	repaired := nm.h.now()
+	var target uint64
+	err := eventually(60*time.Second, func() error {
+		if target == 0 {
+			for _, o := range nm.c.nodes {
+				if inf := o.info(); o != n && inf != nil {
+					ci, _ := strconv.ParseUint(inf["commit_index"], 10, 64)
+					target = max(target, ci)
+				}
+			}
+			if target == 0 {
+				return fmt.Errorf("no commit index from the other nodes")
+			}
+		}
+		inf := n.info()
+		if inf == nil || inf["leader_id"] == "" {
+			return fmt.Errorf("%s knows no leader", n.id)
+		}
+		if a, _ := strconv.ParseUint(inf["applied_index"], 10, 64); a < target {
+			return fmt.Errorf("%s applied %d of %d", n.id, a, target)
+		}
+		return nil
+	})
 	nm.mu.Lock()
 	nm.faults[i].End = nm.h.now()
 	f := nm.faults[i]
 	nm.mu.Unlock()
-	t.Logf("fault %-9s n%d [%.3fs, %.3fs]", f.Kind, f.Node+1, float64(f.Start)/1e9, float64(f.End)/1e9)
+	note := ""
+	if err != nil {
+		note = "; not back: " + err.Error()
+	}
+	t.Logf("fault %-9s n%d [%.3fs, %.3fs], repaired at %.3fs, back %.3fs later%s", f.Kind, f.Node+1,
+		float64(f.Start)/1e9, float64(f.End)/1e9, float64(repaired)/1e9, float64(f.End-repaired)/1e9, note)
 }
 
 func (nm *nemesis) windows() []fault {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
 	return append([]fault(nil), nm.faults...)
+}
+
+func (nm *nemesis) kindOn(k string) bool {
+	for _, x := range nm.kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
 }
 
 func (nm *nemesis) counts() string {
@@ -584,7 +679,7 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(nm.between(3*time.Second, 8*time.Second)):
+		case <-time.After(nm.between(time.Second, 3*time.Second)):
 		}
 		if len(deck) == 0 {
 			deck = append(deck, nm.kinds...)
@@ -617,18 +712,63 @@ func (nm *nemesis) run(ctx context.Context, t *testing.T) {
 			}
 			nm.end(t, w)
 		case "partition":
-			d := nm.between(2*time.Second, 6*time.Second)
+			nm.cut(t, kind, n, nm.between(2*time.Second, 6*time.Second))
+		case "freeze", "cutleader":
+			// The leader, for longer than every timeout: a write
+			// forwarded to it must be given up on, and sent to the next.
+			if l, err := nm.c.leader(10 * time.Second); err == nil {
+				n = l
+			}
+			if kind == "cutleader" {
+				nm.cut(t, kind, n, 2*nm.c.apply)
+				break
+			}
 			w := nm.begin(kind, n)
-			if err := nm.lab.cut(n.idx+1, true); err != nil {
-				t.Errorf("cutting off %s: %v", n.id, err)
+			if err := n.signal(syscall.SIGSTOP); err != nil {
+				t.Errorf("SIGSTOP %s: %v", n.id, err)
+			}
+			time.Sleep(2 * nm.c.apply)
+			if err := n.signal(syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT %s: %v", n.id, err)
+			}
+			nm.end(t, w)
+		case "raftcut":
+			d := nm.between(nm.c.apply+time.Second, 2*nm.c.apply)
+			w := nm.begin(kind, n)
+			if err := nm.lab.raftCut(n, true); err != nil {
+				t.Errorf("cutting %s's Raft traffic: %v", n.id, err)
 			}
 			time.Sleep(d)
-			if err := nm.lab.cut(n.idx+1, false); err != nil {
-				t.Errorf("reconnecting %s: %v", n.id, err)
+			if err := nm.lab.raftCut(n, false); err != nil {
+				t.Errorf("restoring %s's Raft traffic: %v", n.id, err)
+			}
+			nm.end(t, w)
+		case "crashcall":
+			w := nm.begin(kind, n)
+			n.kill()
+			if err := n.start(t, nm.c.bin); err != nil {
+				t.Errorf("restarting %s after kill -9: %v", n.id, err)
+			}
+			// At once, while it replays its log: quota calls.
+			for i := 0; i < 30; i++ {
+				nm.qt.call(n, false)
 			}
 			nm.end(t, w)
 		}
 	}
+}
+
+// cut takes n off the bridge for d.
+func (nm *nemesis) cut(t *testing.T, kind string, n *node, d time.Duration) {
+	w := nm.begin(kind, n)
+	if err := nm.lab.cut(n.idx+1, true); err != nil {
+		t.Errorf("cutting off %s: %v", n.id, err)
+	}
+	time.Sleep(d)
+	if err := nm.lab.cut(n.idx+1, false); err != nil {
+		t.Errorf("reconnecting %s: %v", n.id, err)
+	}
+	nm.end(t, w)
 }
 
 // healAll makes sure every node runs, is continued and connected.
@@ -637,6 +777,11 @@ func (nm *nemesis) healAll(t *testing.T) {
 		if nm.lab != nil {
 			if err := nm.lab.cut(n.idx+1, false); err != nil {
 				t.Errorf("reconnecting %s: %v", n.id, err)
+			}
+			if nm.kindOn("raftcut") {
+				if err := nm.lab.raftCut(n, false); err != nil {
+					t.Errorf("restoring %s's Raft traffic: %v", n.id, err)
+				}
 			}
 		}
 		if !n.running() {

@@ -1,0 +1,174 @@
+package robust
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// acquireQuota sends RL.ACQUIRE key RATE 1000000 QUOTA quota PER day (the
+// rate never limits: the quota does) and reports whether it was admitted.
+func acquireQuota(c *redis.Client, key string, quota int) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Do(ctx, "RL.ACQUIRE", key, "RATE", 1000000, "QUOTA", quota, "PER", "day").Slice()
+	if err != nil {
+		return false, err
+	}
+	if len(v) == 0 {
+		return false, fmt.Errorf("RL.ACQUIRE: empty reply")
+	}
+	allowed, _ := v[0].(int64)
+	return allowed == 1, nil
+}
+
+// TestQuotaAfterCrash admits 20 calls against a quota of 100 a day on one
+// node, kills it with SIGKILL, restarts it on its data and calls it at once
+// (as soon as it answers PING, before /readyz), 100 times, then 40 times
+// spread over all three nodes. The units the node's previous life had
+// reserved were that life's to admit, and it may have: docs/cluster.md
+// ("Calendar quotas in a cluster") promises the cluster never admits more
+// than the quota. Ten rounds, the crashed node taking turns.
+func TestQuotaAfterCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-process cluster and kills its nodes; skipped under -short")
+	}
+	c := newCluster(t, nil)
+	c.startAll()
+	const quota = 100
+	for round := 1; round <= 10; round++ {
+		key := fmt.Sprintf("crashq/r%d", round)
+		x := c.nodes[round%3]
+		before := 0
+		for i := 0; i < 20; i++ {
+			ok, err := acquireQuota(x.client, key, quota)
+			if err != nil {
+				t.Fatalf("round %d: call %d on %s: %v", round, i, x.id, err)
+			}
+			if ok {
+				before++
+			}
+		}
+		x.kill()
+		if err := x.start(t, c.bin); err != nil {
+			t.Fatal(err)
+		}
+		after, spread, errs := 0, 0, 0
+		for i := 0; i < 140; i++ {
+			n := x
+			if i >= 100 {
+				n = c.nodes[i%3]
+			}
+			ok, err := acquireQuota(n.client, key, quota)
+			switch {
+			case err != nil:
+				errs++
+			case ok && n == x && i < 100:
+				after++
+			case ok:
+				spread++
+			}
+		}
+		total := before + after + spread
+		t.Logf("round %d: %s admitted %d, was killed and restarted, then admitted %d at once; %d more spread over the nodes; %d in all of %d (%d errors)",
+			round, x.id, before, after, spread, total, quota, errs)
+		if total > quota {
+			t.Errorf("round %d: the cluster admitted %d calls against a quota of %d", round, total, quota)
+		}
+		if before == 0 || after+spread == 0 {
+			t.Errorf("round %d: %d admitted before the crash, %d after: the quota refused everything", round, before, after+spread)
+		}
+		if _, err := c.leader(60 * time.Second); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+}
+
+// TestQuotaUnderKills drives a quota of 500 a day from all three nodes at
+// once while a follower, then the leader, then all three nodes are killed
+// with SIGKILL and restarted on their data; then it drives on until every
+// node refuses. The cluster must never have admitted more than 500.
+func TestQuotaUnderKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-process cluster and kills its nodes; skipped under -short")
+	}
+	c := newCluster(t, nil)
+	c.startAll()
+	const quota, key = 500, "killq"
+	var admitted, errs atomic.Int64
+	refusedInARow := make([]atomic.Int64, len(c.nodes))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ok, err := acquireQuota(n.client, key, quota)
+				switch {
+				case err != nil:
+					errs.Add(1)
+					refusedInARow[n.idx].Store(0)
+					time.Sleep(20 * time.Millisecond) // pacing while the node is down
+				case ok:
+					admitted.Add(1)
+					refusedInARow[n.idx].Store(0)
+				default:
+					refusedInARow[n.idx].Add(1)
+				}
+				time.Sleep(2 * time.Millisecond) // pacing: the kills come while units are being admitted
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	restart := func(ns ...*node) {
+		for _, n := range ns {
+			n.kill()
+		}
+		for _, n := range ns {
+			if err := n.start(t, c.bin); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for phase, what := range []string{"a follower", "the leader", "all three nodes"} {
+		waitFor(t, 60*time.Second, func() bool { return admitted.Load() >= int64(100*(phase+1)) })
+		l, err := c.leader(60 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch phase {
+		case 0:
+			restart(c.nodes[(l.idx+1)%3])
+		case 1:
+			restart(l)
+		case 2:
+			restart(c.nodes...)
+		}
+		t.Logf("killed and restarted %s at %d admitted", what, admitted.Load())
+	}
+	// Until every node refuses: the quota is spent, or held by lives that
+	// are gone (it comes back when the period ends).
+	waitFor(t, 60*time.Second, func() bool {
+		for i := range refusedInARow {
+			if refusedInARow[i].Load() < 50 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("quota %d a day: %d admitted in all (%d calls failed while nodes were down)", quota, admitted.Load(), errs.Load())
+	if got := admitted.Load(); got > quota {
+		t.Errorf("the cluster admitted %d calls against a quota of %d", got, quota)
+	}
+}
