@@ -37,7 +37,14 @@ class State {
     this.nextAt = now + this.interval;
   }
   learn(now, remaining, reset, quota, window) { // times in ms
-    this.tokens = remaining; this.stamp = now;
+    if (quota && window && this.rate === quota / window && this.tokens != null) {
+      this.refill(now);
+      // The projection keeps the fraction of a token the server's whole count
+      // drops; it never runs ahead of the server, having started from a count
+      // that did not, so keep it while the two agree.
+      if (Math.floor(this.tokens) !== remaining) this.tokens = remaining;
+    } else this.tokens = remaining;
+    this.stamp = now;
     const t = reset != null ? reset : (window || 0);
     this.resetAt = now + t;
     if (quota && window) { this.rate = quota / window; this.cap = quota; return; }

@@ -21,6 +21,7 @@ request.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import time
@@ -81,7 +82,16 @@ class _State:
 
     def learn(self, now: float, remaining: float, reset: Optional[float], quota: Optional[float],
               window: Optional[float]) -> None:
-        self.tokens, self.stamp = remaining, now
+        if quota and window and self.rate == quota / window and self.tokens is not None:
+            self._refill(now)
+            # The projection keeps the fraction of a token the server's whole
+            # count drops; it never runs ahead of the server, having started
+            # from a count that did not, so keep it while the two agree.
+            if math.floor(self.tokens) != remaining:
+                self.tokens = remaining
+        else:
+            self.tokens = remaining
+        self.stamp = now
         t = reset if reset is not None else (window or 0.0)
         self.reset_at = now + t
         if quota and window:
