@@ -12,7 +12,7 @@ package e2e
 //	restart: n1 n2 n3                  cluster nodes stopped and started again on their data
 //	term: held                         SIGTERM to the block's servers once they hold a call (WAIT)
 //	setup: cmd                         a shell command run first
-//	needs: go|python3-redis|node-modules  programs a machine may lack
+//	needs: go|python3-redis|node-modules|sluice-python|sluice-node  programs a machine may lack
 //	skip: why                          the block does not run; counted and listed
 //
 // and above a code block of another language:
@@ -563,8 +563,23 @@ var goEnv = sync.OnceValues(func() ([]string, string) {
 		"SLUICE_SRC=" + sluiceSrc, "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOSUMDB=off"}, ""
 })
 
+// sluiceNodeLink returns a folder where @sluice-rl/sluice is this
+// checkout's clients/node, for NODE_PATH, or "" if it cannot be made.
+var sluiceNodeLink = sync.OnceValue(func() string {
+	dir, err := os.MkdirTemp("", "sluice-doc-node")
+	if err != nil {
+		return ""
+	}
+	if os.Mkdir(filepath.Join(dir, "@sluice-rl"), 0o755) != nil ||
+		os.Symlink(filepath.Join(sluiceSrc, "clients", "node"), filepath.Join(dir, "@sluice-rl", "sluice")) != nil {
+		return ""
+	}
+	return dir
+})
+
 // docNeeds returns the environment for programs a block runs (go,
-// python3-redis, node-modules), or what this machine lacks to run them.
+// python3-redis, node-modules, and this checkout's client packages
+// sluice-python and sluice-node), or what this machine lacks to run them.
 func docNeeds(names []string) (env []string, missing string) {
 	for _, n := range names {
 		switch n {
@@ -580,6 +595,27 @@ func docNeeds(names []string) (env []string, missing string) {
 				return nil, noPython
 			}
 			env = append(env, "DOCTEST_PYTHON="+py)
+		case "sluice-python":
+			// The package from this checkout (clients/python), with redis-py.
+			py := findPython()
+			if py == "" {
+				return nil, noPython
+			}
+			env = append(env, "DOCTEST_PYTHON="+py, "PYTHONPATH="+filepath.Join(sluiceSrc, "clients", "python", "src"))
+		case "sluice-node":
+			// The package from this checkout (clients/node) as
+			// @sluice-rl/sluice, with ioredis from SLUICE_NODE_MODULES.
+			dir, link := findNodeModules(), sluiceNodeLink()
+			if _, err := exec.LookPath("node"); err != nil {
+				return nil, "node is not installed"
+			}
+			if dir == "" {
+				return nil, noNodeModules
+			}
+			if link == "" {
+				return nil, "cannot link clients/node as @sluice-rl/sluice"
+			}
+			env = append(env, "NODE_PATH="+link+":"+filepath.Join(dir, "node_modules"))
 		case "node-modules":
 			dir := findNodeModules()
 			if _, err := exec.LookPath("node"); err != nil {

@@ -1,0 +1,364 @@
+"use strict";
+// sluice for Node: a client that asks sluice within a deadline and decides by
+// a failure policy when it cannot (circuit breaker, denial cache), Express
+// middleware, and a fetch wrapper that paces itself by any API's headers.
+
+const headers = require("./headers.js");
+const cooperative = require("./cooperative.js");
+
+const TRANSIENT = ["LOADING", "TRYAGAIN", "CLUSTERDOWN"];
+
+/** An error reply the failure policy does not cover (ERR, NOBUDGET, NOAUTH …). */
+class SluiceError extends Error {
+  constructor(reply) {
+    super(reply);
+    this.name = "SluiceError";
+    this.reply = reply;
+    this.code = reply.split(" ", 1)[0];
+  }
+}
+/** sluice could not be asked; thrown only by calls without a failure policy (refund). */
+class Unavailable extends Error {
+  constructor(message, cause) { super(message, cause ? { cause } : undefined); this.name = "Unavailable"; }
+}
+/** The circuit breaker is open. */
+class CircuitOpen extends Unavailable {
+  constructor() { super("circuit breaker open"); this.name = "CircuitOpen"; }
+}
+class DeadlineExceeded extends Error {
+  constructor(ms) { super(`no reply within ${ms} ms`); this.name = "DeadlineExceeded"; }
+}
+
+const isReplyError = (e) => /Reply|SimpleError/.test((e && (e.name || (e.constructor && e.constructor.name))) || "");
+/** Whether err means sluice could not decide (the failure policy applies) rather than that it refused. */
+function isTransient(e) {
+  if (!isReplyError(e)) return true;
+  return TRANSIENT.some((c) => String(e.message).startsWith(c));
+}
+
+const decision = (r) => {
+  if (!Array.isArray(r) || r.length !== 6) throw new SluiceError(`ERR unexpected reply ${JSON.stringify(r)}`);
+  const a = Number(r[0]);
+  return { allowed: a !== 0, remaining: Number(r[1]), limit: Number(r[2]), retryAfter: Number(r[3]),
+    resetAfter: Number(r[4]), limitedBy: String(r[5]), source: "server", degraded: a === 2 };
+};
+
+class Breaker {
+  constructor(failures, cooldown, clock) {
+    if (!(failures >= 1)) throw new RangeError("breakerFailures must be at least 1");
+    Object.assign(this, { failures, cooldown, clock, count: 0, openUntil: null, probing: false });
+  }
+  get state() {
+    if (this.openUntil == null) return "closed";
+    return this.probing || this.clock() >= this.openUntil ? "half_open" : "open";
+  }
+  allow() {
+    if (this.openUntil == null) return true;
+    if (this.probing || this.clock() < this.openUntil) return false;
+    this.probing = true;
+    return true;
+  }
+  success() { this.count = 0; this.openUntil = null; this.probing = false; }
+  failure() {
+    this.count++;
+    if (this.probing || this.count >= this.failures) this.openUntil = this.clock() + this.cooldown;
+    this.probing = false;
+  }
+}
+
+/** Refusals by (key, limit) until their retryAfter; least recently used dropped beyond size. */
+class DenialCache {
+  constructor(size, clock) { this.size = size; this.clock = clock; this.m = new Map(); }
+  get(k, cost) {
+    const e = this.m.get(k);
+    if (!e) return null;
+    const now = this.clock();
+    if (now >= e.until) { this.m.delete(k); return null; }
+    if (cost < e.cost) return null; // a smaller call may fit sooner
+    this.m.delete(k); this.m.set(k, e);
+    const d = e.d;
+    return { ...d, retryAfter: Math.max(1, Math.ceil(e.until - now)), resetAfter: Math.max(0, d.resetAfter - Math.floor(now - e.at)), source: "cache" };
+  }
+  put(k, cost, d) {
+    if (this.size <= 0 || d.allowed || d.retryAfter <= 0) return;
+    const now = this.clock();
+    this.m.delete(k);
+    this.m.set(k, { until: now + d.retryAfter, cost, d, at: now });
+    while (this.m.size > this.size) this.m.delete(this.m.keys().next().value);
+  }
+  forget(key) { for (const k of this.m.keys()) if (k.split("\u0000")[1] === key) this.m.delete(k); }
+  get length() { return this.m.size; }
+}
+
+/** The fallback limit: a token bucket per key (rate per `per` ms, burst). */
+class LocalBuckets {
+  constructor({ rate, per = 1000, burst }, size, clock) {
+    if (!(rate > 0)) throw new RangeError("failure.rate must be above 0");
+    this.rate = rate / per; this.burst = burst ?? rate; this.size = Math.max(size, 1); this.clock = clock; this.m = new Map();
+  }
+  take(key, cost, error) {
+    const now = this.clock();
+    let b = this.m.get(key);
+    if (b) this.m.delete(key); else b = { tokens: this.burst, at: now };
+    this.m.set(key, b);
+    while (this.m.size > this.size) this.m.delete(this.m.keys().next().value);
+    b.tokens = Math.min(this.burst, b.tokens + (now - b.at) * this.rate);
+    b.at = now;
+    const ok = b.tokens >= cost;
+    if (ok) b.tokens -= cost;
+    const retryAfter = cost > this.burst ? -1 : ok ? 0 : Math.ceil((cost - b.tokens) / this.rate);
+    return { allowed: ok, remaining: Math.floor(b.tokens), limit: Math.floor(this.burst), retryAfter,
+      resetAfter: Math.ceil((this.burst - b.tokens) / this.rate), limitedBy: String(key), source: "fallback", degraded: false, error };
+  }
+}
+
+function perArg(per) {
+  if (typeof per === "string") return per;
+  if (!(Number.isInteger(per) && per >= 1)) throw new RangeError(`per must be a unit ("minute"), a duration ("250ms") or whole milliseconds, not ${per}`);
+  return `${per}ms`;
+}
+
+function inlineArgs(cmd, key, o) {
+  if (o.rate == null) throw new TypeError("rate is required for an inline limit");
+  const args = [cmd, key, "RATE", o.rate];
+  if (o.per != null) args.push("PER", perArg(o.per));
+  if (o.burst != null) args.push("BURST", o.burst);
+  if (o.algo != null) args.push("ALGO", o.algo);
+  return args;
+}
+
+function tail(args, o) {
+  if (o.cost != null) args.push("COST", o.cost);
+  if (o.wait != null) args.push("WAIT", Math.max(0, Math.ceil(o.wait)));
+  if (o.dryrun) args.push("DRYRUN");
+  return args;
+}
+
+/**
+ * Asks sluice whether calls may go ahead. Options: redis (an ioredis or
+ * node-redis client; default: a new ioredis client on host/port with its
+ * queues and retries off), timeout (ms, default 50), failure ("open",
+ * "closed" or {rate, per (ms), burst}), breakerFailures (3),
+ * breakerCooldown (ms, 1000), denialCacheSize (10000).
+ */
+class Client {
+  constructor(opts = {}) {
+    const { timeout = 50, failure = "open", breakerFailures = 3, breakerCooldown = 1000,
+      denialCacheSize = 10000, clock = () => performance.now() } = opts;
+    if (!(timeout > 0)) throw new RangeError("timeout must be above 0 ms");
+    if (!(failure === "open" || failure === "closed" || (failure && typeof failure === "object")))
+      throw new TypeError('failure must be "open", "closed" or {rate, per, burst}');
+    this.timeout = timeout;
+    this.failure = failure;
+    this.redis = opts.redis || Client.connect(opts);
+    this.ownRedis = !opts.redis;
+    const r = this.redis;
+    const ioredis = typeof r.call === "function";
+    const raw = ioredis ? (args) => r.call(...args) : (args) => r.sendCommand(args.map(String));
+    // Connecting (just made, or reconnecting): wait for it within the
+    // deadline instead of failing at once for want of an offline queue.
+    // A connection being made (not one being remade: that one failed)
+    // is waited for within the deadline, or until it fails.
+    const connecting = ioredis ? () => r.status === "connecting" || r.status === "connect"
+      : () => r.isOpen && !r.isReady;
+    this.send = (args) => {
+      if (!connecting()) return raw(args);
+      if (!this.ready) {
+        this.ready = new Promise((ok) => {
+          const done = () => { this.ready = null; for (const e of ["ready", "close", "error"]) r.off(e, done); ok(); };
+          for (const e of ["ready", "close", "error"]) r.on(e, done);
+        });
+      }
+      return this.ready.then(() => raw(args));
+    };
+    this.breaker = new Breaker(breakerFailures, breakerCooldown, clock);
+    this.denials = new DenialCache(denialCacheSize, clock);
+    this.local = typeof failure === "object" ? new LocalBuckets(failure, denialCacheSize, clock) : null;
+    this.openDecision = this.local ? null : this.policy("", 0, new CircuitOpen());
+    this.openPromise = this.openDecision ? Promise.resolve(this.openDecision) : null;
+  }
+
+  /** An ioredis client that fails at once instead of queueing or retrying. */
+  static connect({ host = "127.0.0.1", port = 6380, username, password, tls, timeout = 50 } = {}) {
+    let Redis;
+    try { Redis = require("ioredis"); } catch (e) {
+      throw new Error("sluice: pass a client as {redis}, or install ioredis (npm install ioredis)", { cause: e });
+    }
+    const r = new Redis({ host, port, username, password, tls, enableOfflineQueue: false, maxRetriesPerRequest: 0,
+      connectTimeout: Math.max(timeout, 1000), retryStrategy: (n) => Math.min(n * 50, 1000), lazyConnect: false });
+    r.on("error", () => {}); // failures reach the caller as decisions; reconnects go on
+    return r;
+  }
+
+  policy(key, cost, error) {
+    if (this.local) return this.local.take(key, cost, error);
+    const open = this.failure === "open";
+    return { allowed: open, remaining: -1, limit: -1, retryAfter: 0, resetAfter: 0, limitedBy: "",
+      source: open ? "fail_open" : "fail_closed", degraded: false, error };
+  }
+
+  /** The policy's decision while the breaker is open, when it depends on nothing else. */
+  fast() {
+    const b = this.breaker;
+    if (b.openUntil == null || !this.openPromise || this.denials.m.size) return null;
+    return b.probing || b.clock() < b.openUntil ? this.openPromise : null;
+  }
+
+  async call(args, wait = 0) {
+    const ms = this.timeout + wait;
+    let timer;
+    const p = Promise.resolve().then(() => this.send(args));
+    p.catch(() => {});
+    try {
+      return await Promise.race([p, new Promise((_, reject) => { timer = setTimeout(() => reject(new DeadlineExceeded(ms)), ms); })]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async decide(args, cacheKey, key, cost, convert = decision) {
+    if (cacheKey != null) {
+      const d = this.denials.get(cacheKey, cost);
+      if (d) return d;
+    }
+    if (!this.breaker.allow()) return this.policy(key, cost, new CircuitOpen());
+    let reply;
+    try {
+      reply = await this.call(args, args.includes("WAIT") ? Number(args[args.indexOf("WAIT") + 1]) : 0);
+    } catch (e) {
+      if (isTransient(e)) { this.breaker.failure(); return this.policy(key, cost, e); }
+      this.breaker.success();
+      throw new SluiceError(String(e.message));
+    }
+    this.breaker.success();
+    const d = convert(reply);
+    if (cacheKey != null) this.denials.put(cacheKey, cost, d);
+    return d;
+  }
+
+  async strict(args) {
+    if (!this.breaker.allow()) throw new CircuitOpen();
+    let reply;
+    try {
+      reply = await this.call(args);
+    } catch (e) {
+      if (isTransient(e)) { this.breaker.failure(); throw new Unavailable(String(e.message), e); }
+      this.breaker.success();
+      throw new SluiceError(String(e.message));
+    }
+    this.breaker.success();
+    return decision(reply);
+  }
+
+  /** RL.ACQUIRE key RATE n [PER per] [BURST b] [ALGO a] [COST c] [WAIT ms] [DRYRUN]. */
+  acquire(key, o = {}) {
+    const f = this.fast();
+    if (f) return f;
+    const cacheKey = o.wait == null && !o.dryrun ? ["inline", key, o.rate, o.per, o.burst, o.algo].join("\u0000") : null;
+    return this.decide(tail(inlineArgs("RL.ACQUIRE", key, o), o), cacheKey, key, o.cost ?? 1);
+  }
+
+  /** RL.ACQUIRE path [KEY key] [COST c] [WAIT ms] [DRYRUN]: the budget tree's limit. */
+  acquireBudget(path, o = {}) {
+    const f = this.fast();
+    if (f) return f;
+    const target = o.key == null ? path : `${path}#${o.key}`;
+    const args = ["RL.ACQUIRE", path];
+    if (o.key != null) args.push("KEY", o.key);
+    const cacheKey = o.wait == null && !o.dryrun ? ["budget", target].join("\u0000") : null;
+    return this.decide(tail(args, o), cacheKey, target, o.cost ?? 1);
+  }
+
+  /** RL.PEEK with an inline limit: nothing consumed. */
+  peek(key, o = {}) { return this.decide(tail(inlineArgs("RL.PEEK", key, o), { cost: o.cost }), null, key, o.cost ?? 1); }
+
+  /** RL.PEEK on a budget path. */
+  peekBudget(path, o = {}) {
+    const args = ["RL.PEEK", path];
+    if (o.key != null) args.push("KEY", o.key);
+    return this.decide(tail(args, { cost: o.cost }), null, o.key == null ? path : `${path}#${o.key}`, o.cost ?? 1);
+  }
+
+  /** RL.REFUND: gives cost tokens back; throws Unavailable when sluice cannot be asked. */
+  refund(key, cost, o = {}) {
+    this.denials.forget(key);
+    return this.strict(tail(inlineArgs("RL.REFUND", key, o), { cost }));
+  }
+
+  /** RL.REFUND on a budget path. */
+  refundBudget(path, cost, o = {}) {
+    const args = ["RL.REFUND", path];
+    if (o.key != null) args.push("KEY", o.key);
+    this.denials.forget(o.key == null ? path : `${path}#${o.key}`);
+    return this.strict(tail(args, { cost }));
+  }
+
+  /** CL.THROTTLE key maxBurst count period(s) quantity, as a Decision in ms (limit = maxBurst + 1). */
+  throttle(key, maxBurst, count, period, quantity = 1) {
+    const conv = (r) => {
+      const [limited, limit, remaining, retryS, resetS] = r.map(Number);
+      return { allowed: limited === 0, remaining, limit, retryAfter: limited === 0 ? 0 : retryS >= 0 ? retryS * 1000 : -1,
+        resetAfter: resetS * 1000, limitedBy: key, source: "server", degraded: false };
+    };
+    return this.decide(["CL.THROTTLE", key, maxBurst, count, period, quantity],
+      ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, conv);
+  }
+
+  /** Closes the client it made (not one passed in). */
+  async close() { if (this.ownRedis) this.redis.disconnect(); }
+}
+
+const UNITS = { second: 1, minute: 60, hour: 3600, day: 86400, week: 604800 };
+function windowOf(limit, window) {
+  if (window != null) return window;
+  if (!limit) return null;
+  const per = limit.per ?? 1000;
+  if (typeof per === "number") return per / 1000;
+  if (UNITS[per]) return UNITS[per];
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(per);
+  return m ? Number(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }[m[2]] : null;
+}
+
+/**
+ * Express (or plain http) middleware: one sluice call per request. Options:
+ * client, and path (budget; key(req) is the subject, default the client IP)
+ * or limit {rate, per, burst, algo} (inline; key(req) default "ip:"+IP);
+ * cost (number or function), window (s, for RateLimit-Policy), headers
+ * (default true). key may return null: no decision. Refused: 429 with
+ * Retry-After; fail_closed: 503; fail_open: no headers. The decision is
+ * in req.sluice.
+ */
+function express(opts) {
+  const { client, path, limit, cost, headers: withHeaders = true } = opts;
+  if ((path == null) === (limit == null)) throw new TypeError("give either path (budget tree) or limit (inline)");
+  const ip = (req) => req.ip || (req.socket && req.socket.remoteAddress) || "";
+  const key = opts.key || (path != null ? ip : (req) => "ip:" + ip(req));
+  const window = windowOf(limit, opts.window);
+  return function sluiceLimit(req, res, next) {
+    let k;
+    try { k = key(req); } catch (e) { return next(e); }
+    if (k == null) return next();
+    const c = typeof cost === "function" ? cost(req) : cost;
+    const p = path != null ? client.acquireBudget(path, { key: k || undefined, cost: c }) : client.acquire(k, { ...limit, cost: c });
+    p.then((d) => {
+      req.sluice = d;
+      if (d.source === "fail_open") return next();
+      if (d.source === "fail_closed") {
+        res.writeHead(503, { "Content-Type": "application/problem+json" });
+        return res.end(headers.PROBLEM_503);
+      }
+      if (withHeaders) for (const [n, v] of headers.rateHeaders(d, window)) res.setHeader(n, v);
+      if (d.allowed) return next();
+      const ra = headers.retryAfter(d);
+      if (ra != null) res.setHeader("Retry-After", ra);
+      res.statusCode = 429;
+      res.setHeader("Content-Type", "application/problem+json");
+      res.end(headers.problem429(d));
+    }, next);
+  };
+}
+
+module.exports = {
+  Client, SluiceError, Unavailable, CircuitOpen, DeadlineExceeded, isTransient, express,
+  headers, cooperativeFetch: cooperative.cooperativeFetch, Pacer: cooperative.Pacer, RateLimited: cooperative.RateLimited,
+};

@@ -1,0 +1,63 @@
+"use strict";
+// Starts the real sluice binary (SLUICE_BINARY) for the tests; without it
+// they skip, unless SLUICE_REQUIRE_TOOLS is set (CI), when they fail.
+// SLUICE_NODE_PACKAGE names the installed package to test (default: this folder).
+
+const { spawn, execFileSync } = require("node:child_process");
+const fs = require("node:fs");
+const net = require("node:net");
+const os = require("node:os");
+const path = require("node:path");
+
+const pkg = require(process.env.SLUICE_NODE_PACKAGE || path.join(__dirname, ".."));
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => ok(p)); });
+    s.on("error", fail);
+  });
+}
+
+/** A port that accepts connections and never answers; close() ends it. */
+async function silentPort() {
+  const socks = [];
+  const s = net.createServer((c) => socks.push(c));
+  await new Promise((ok) => s.listen(0, "127.0.0.1", ok));
+  return { port: s.address().port, close: () => { socks.forEach((c) => c.destroy()); s.close(); } };
+}
+
+/** The binary, or a skip reason (a failure under SLUICE_REQUIRE_TOOLS). */
+function binary(t) {
+  const b = process.env.SLUICE_BINARY;
+  if (b && fs.existsSync(b)) return b;
+  const why = "SLUICE_BINARY is not set to the sluice executable (go build -o /tmp/sluice ./cmd/sluice; SLUICE_BINARY=/tmp/sluice)";
+  if (process.env.SLUICE_REQUIRE_TOOLS) throw new Error(why + "; SLUICE_REQUIRE_TOOLS is set");
+  t.skip(why);
+  return null;
+}
+
+async function startSluice(t) {
+  const bin = binary(t);
+  if (!bin) return null;
+  const [resp, http, raft] = [await freePort(), await freePort(), await freePort()];
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-node-"));
+  const proc = spawn(bin, ["--resp-addr", `127.0.0.1:${resp}`, "--http-addr", `127.0.0.1:${http}`,
+    "--raft-addr", `127.0.0.1:${raft}`, "--data-dir", path.join(dir, "data")], { stdio: "ignore" });
+  const cli = (...args) => execFileSync("redis-cli", ["-p", String(resp), ...args.map(String)], { stdio: ["ignore", "pipe", "ignore"] }).toString().trim();
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    try { if (cli("PING") === "PONG") break; } catch { /* not yet */ }
+    if (Date.now() > deadline) throw new Error("sluice did not start");
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  const exited = new Promise((ok) => proc.once("exit", ok));
+  t.after(async () => {
+    proc.kill();
+    await exited;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return { resp, http, cli, commands: () => Number(/total_commands_processed:(\d+)/.exec(cli("INFO", "stats"))[1]) };
+}
+
+module.exports = { pkg, freePort, silentPort, startSluice };
