@@ -85,11 +85,19 @@ func frozenLeaderRounds(t *testing.T, c *cluster, fault func(n *node, on bool) e
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Each writer sends a write every 20 ms at most (200 a
+				// second in all, far more configuration writes than any
+				// deployment makes): the test is of failover, not of the
+				// apply throughput of a 2-core machine, where writers
+				// sending as fast as they can leave a follower's apply
+				// seconds behind the commits it takes part in.
+				pace := time.NewTicker(20 * time.Millisecond)
+				defer pace.Stop()
 				for i := 0; ; i++ {
 					select {
 					case <-stop:
 						return
-					default:
+					case <-pace.C:
 					}
 					f := followers[(w+i)%len(followers)]
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
