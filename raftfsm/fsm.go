@@ -233,7 +233,7 @@ func (f *FSM) QuotaRoom(key []byte) bool {
 // Applied returns the index of the last applied entry.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
 
-// Apply applies one committed log entry.
+// Apply applies one committed log entry through the apply table.
 func (f *FSM) Apply(l *raft.Log) any {
 	defer func() {
 		f.applied.Store(l.Index)
@@ -245,131 +245,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return Response{Index: l.Index}
 	}
-	e, err := Decode(l.Data)
+	e, err := decodeEntry(l.Data)
 	if err != nil {
-		return Response{Err: &budget.Error{Code: "ERR", Msg: err.Error()}, Index: l.Index}
+		return Response{Err: refusal(err), Index: l.Index}
 	}
-	if e.Req != nil {
-		if o, ok := f.writes.get(e.Req); ok {
-			return o.response() // a retry: answered as the first time
-		}
-	}
-	resp := f.apply(e, l.Index)
-	resp.Index = l.Index
-	if e.Req != nil {
-		f.writes.put(e.Req, outcomeOf(e.Req.Seq, l.Index, resp))
-	}
-	return resp
-}
-
-func (f *FSM) apply(e *Entry, index uint64) Response {
-	cur := f.state.Load()
-	next := &State{Tree: cur.Tree, Members: cur.Members, Removed: cur.Removed}
-	var resp Response
-	switch e.Type {
-	case SetBudget:
-		ch, err := cur.Tree.Set(e.Path, *e.Config, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, 1
-	case DelBudget:
-		t, n, err := cur.Tree.Del(e.Path, e.Recursive, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		if n == 0 {
-			return Response{}
-		}
-		next.Tree, resp.N = t, n
-	case ImportBudgets:
-		if e.IfEmpty && cur.Tree.Len() > 0 {
-			return Response{}
-		}
-		ch, err := cur.Tree.Import(e.Budgets, e.Replace, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
-	case QuotaAdd:
-		if e.Origin != "" && e.Seq <= f.quotas.LastSeq(e.Origin) {
-			return Response{} // a retried batch, counted already
-		}
-		for _, q := range e.Quotas {
-			f.quotas.add(q)
-		}
-		if e.Origin != "" {
-			f.quotas.setSeq(e.Origin, e.Seq) // after the counts: see QuotaSeq
-		}
-		f.quotas.purgeSome(e.Now)
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaAdded(e.Origin, e.Seq, e.Quotas)
-		}
-		return Response{N: len(e.Quotas)}
-	case QuotaReserve:
-		members := max(len(cur.Members), 1)
-		grants := make([]int64, len(e.Quotas))
-		for i, q := range e.Quotas {
-			grants[i] = f.quotas.reserve(q, members)
-		}
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReserved(e.Origin, e.Quotas, grants)
-		}
-		return Response{N: len(e.Quotas)}
-	case QuotaReset:
-		n := 0
-		for _, k := range e.Keys {
-			if f.quotas.reset(string(k)) {
-				n++
-			}
-		}
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReset(e.Keys, e.Now)
-		}
-		return Response{N: n}
-	case AddMember, RemoveMember:
-		if e.Type == AddMember && e.Auto && cur.Removed[e.Member.ID] {
-			return Response{Err: errRemoved(e.Member.ID)}
-		}
-		removed := make(map[string]bool, len(cur.Removed)+1)
-		for k := range cur.Removed {
-			removed[k] = true
-		}
-		if e.Type == AddMember {
-			delete(removed, e.Member.ID)
-		} else {
-			removed[e.ID] = true
-		}
-		next.Removed = removed
-		m := make(map[string]Member, len(cur.Members)+1)
-		for k, v := range cur.Members {
-			m[k] = v
-		}
-		if e.Type == AddMember {
-			// A member's id or either address identifies it: drop stale
-			// records that share one, as a rejoining node's would.
-			for k, v := range m {
-				if k == e.Member.ID || v.RespAddr == e.Member.RespAddr || v.RaftAddr == e.Member.RaftAddr {
-					delete(m, k)
-				}
-			}
-			m[e.Member.ID] = *e.Member
-		} else {
-			delete(m, e.ID)
-		}
-		next.Members = m
-		f.state.Store(next)
-		if f.OnMembers != nil {
-			f.OnMembers(next)
-		}
-		return resp
-	}
-	f.state.Store(next)
-	return resp
-}
-
-func errRemoved(id string) error {
-	return &budget.Error{Code: "ERR", Msg: "node '" + id + "' was removed from the cluster with RL.CLUSTER LEAVE; an operator re-admits it with RL.CLUSTER JOIN"}
+	return commands[e.Type].apply(f, e, l.Index)
 }
 
 // snapshotFormat versions the snapshot encoding.

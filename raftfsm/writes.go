@@ -85,6 +85,16 @@ type nodeWrites struct {
 	byID map[uint64]outcome
 }
 
+// repeat returns the outcome of write id if it was applied already (nil:
+// a write without id, never a repeat).
+func (w *writeTable) repeat(id *ReqID) (Response, bool) {
+	if id == nil {
+		return Response{}, false
+	}
+	o, ok := w.get(id)
+	return o.response(), ok
+}
+
 func (w *writeTable) get(id *ReqID) (outcome, bool) {
 	nw := w.nodes[id.Node]
 	if nw == nil {
@@ -92,6 +102,13 @@ func (w *writeTable) get(id *ReqID) (outcome, bool) {
 	}
 	o, ok := nw.byID[id.Seq]
 	return o, ok
+}
+
+// remember records the outcome r of write id (nil: nothing to remember).
+func (w *writeTable) remember(id *ReqID, r Response) {
+	if id != nil {
+		w.put(id, outcomeOf(id.Seq, r.Index, r))
+	}
 }
 
 func (w *writeTable) put(id *ReqID, o outcome) {
