@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/sluice-rl/sluice/budget"
 )
 
@@ -179,20 +177,3 @@ func writesFrom(docs []writeDoc) writeTable {
 	}
 	return w
 }
-
-// StoreConfiguration is raft.ConfigurationStore: with it, Raft hands
-// configuration entries to the state machine too, so that the applied
-// index tracked here counts every entry Raft passes to the FSM.
-func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
-	f.applied.Store(index)
-	if f.OnConfiguration != nil {
-		f.OnConfiguration(index, c)
-	}
-	f.appliedSignal()
-}
-
-// appliedSignal wakes everyone waiting for the applied index to move.
-func (f *FSM) appliedSignal() { f.moved.fire() }
-
-// appliedChanged returns a channel closed at the next applied entry.
-func (f *FSM) appliedChanged() <-chan struct{} { return f.moved.wait() }

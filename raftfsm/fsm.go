@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-
 	"github.com/sluice-rl/sluice/budget"
 )
 
@@ -79,12 +77,6 @@ func NewFSM() *FSM {
 	return f
 }
 
-type bootView struct {
-	st     *State
-	index  uint64
-	quotas map[string]QuotaItem // counts as saved: a floor while replaying
-}
-
 // State returns the current replicated state.
 func (f *FSM) State() *State {
 	if b := f.boot.Load(); b != nil {
@@ -94,64 +86,6 @@ func (f *FSM) State() *State {
 		f.boot.CompareAndSwap(b, nil)
 	}
 	return f.state.Load()
-}
-
-// viewDoc is the state saved to the data dir for the next start.
-type viewDoc struct {
-	Index uint64 `json:"index"`
-	snapshotDoc
-}
-
-// SaveView writes the applied state to path (atomically) and returns the
-// index it holds.
-func (f *FSM) SaveView(path string) (uint64, error) {
-	idx := f.applied.Load()
-	st := f.state.Load()
-	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Removed: st.Removed, Quotas: f.quotas.items(), Seqs: f.quotas.seqsCopy()}}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return 0, err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return 0, err
-	}
-	return idx, os.Rename(tmp, path)
-}
-
-// LoadView serves the state saved at path to readers until Raft has applied
-// past it, if it is newer than what Raft restored (after index).
-func (f *FSM) LoadView(path string, after uint64) error {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var doc viewDoc
-	if err := json.Unmarshal(b, &doc); err != nil || doc.Format != snapshotFormat {
-		return fmt.Errorf("raftfsm: %s: not a saved view (%v)", path, err)
-	}
-	if doc.Index <= after || doc.Index <= f.applied.Load() {
-		return nil
-	}
-	t, err := budget.FromVersioned(doc.Budgets, doc.Version)
-	if err != nil {
-		return fmt.Errorf("raftfsm: %s: %w", path, err)
-	}
-	if doc.Members == nil {
-		doc.Members = map[string]Member{}
-	}
-	quotas := make(map[string]QuotaItem, len(doc.Quotas))
-	for _, q := range doc.Quotas {
-		quotas[string(q.Key)] = q
-	}
-	if doc.Removed == nil {
-		doc.Removed = map[string]bool{}
-	}
-	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members, Removed: doc.Removed}, index: doc.Index, quotas: quotas})
-	return nil
 }
 
 // QuotaUsed returns the committed count of a quota counter in the period
@@ -336,3 +270,20 @@ func ResponseError(r any) (Response, error) {
 	}
 	return resp, nil
 }
+
+// StoreConfiguration is raft.ConfigurationStore: with it, Raft hands
+// configuration entries to the state machine too, so that the applied
+// index tracked here counts every entry Raft passes to the FSM.
+func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
+	f.applied.Store(index)
+	if f.OnConfiguration != nil {
+		f.OnConfiguration(index, c)
+	}
+	f.appliedSignal()
+}
+
+// appliedSignal wakes everyone waiting for the applied index to move.
+func (f *FSM) appliedSignal() { f.moved.fire() }
+
+// appliedChanged returns a channel closed at the next applied entry.
+func (f *FSM) appliedChanged() <-chan struct{} { return f.moved.wait() }
