@@ -1,8 +1,6 @@
 package raftfsm
 
-import (
-	"github.com/sluice-rl/sluice/budget"
-)
+import "github.com/sluice-rl/sluice/budget"
 
 // Budget entries change the budget tree; each applied one publishes a new
 // State sharing the members of the last.

@@ -1,8 +1,6 @@
 package raftfsm
 
-import (
-	"github.com/sluice-rl/sluice/budget"
-)
+import "github.com/sluice-rl/sluice/budget"
 
 // Member entries change the member map (node id → addresses, which
 // followers forward writes by) and the set of nodes an operator removed.

@@ -20,35 +20,68 @@ import (
 // Open opens (or creates) the node's Raft state in DataDir and starts it:
 // a node with no state bootstraps (alone, or with Peers) or joins.
 func Open(o Options) (*Node, error) {
+	o = o.withDefaults()
+	if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	hl, peers := raftLogger(o.Logger, o.LogLevel)
+	n := newNode(o, peers)
+	snaps, err := n.openStores(hl)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := n.startRaft(hl, snaps)
+	if err != nil {
+		return nil, err
+	}
+	n.start()
+	n.log.Info("raft started", "id", n.opts.ID, "raft", n.opts.RaftAddr, "existing_state", existing,
+		"bootstrap_peers", len(o.Peers), "join", o.Join)
+	return n, nil
+}
+
+func (o Options) withDefaults() Options {
 	if o.ApplyTimeout == 0 {
 		o.ApplyTimeout = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("--data-dir: %w", err)
-	}
-	hl, peers := raftLogger(o.Logger, o.LogLevel)
 	if o.Remote == nil {
 		o.Remote = noRemote{}
 	}
+	return o
+}
+
+func newNode(o Options, peers *peerLog) *Node {
 	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
 		remote: o.Remote, peers: peers}
 	// Write ids continue across restarts (the clock has moved on), so a
 	// restarted node's writes are never mistaken for its earlier ones.
 	n.seq.Store(uint64(time.Now().UnixNano()))
+	n.fsm.OnConfiguration = n.configurationApplied
+	n.fsm.OnMembers = func(st *State) {
+		if st.Removed[n.opts.ID] {
+			n.setRemoved(true)
+		}
+	}
+	return n
+}
+
+// openStores opens the log store (behind a cache), the snapshot store and
+// the transport, and settles the node's Raft address (the bound port, if
+// 0 was asked for) and its id (that address, if none was given).
+func (n *Node) openStores(hl hclog.Logger) (*raft.FileSnapshotStore, error) {
+	o := n.opts
 	var err error
 	if n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.DataDir, "raft.db")}); err != nil {
 		return nil, fmt.Errorf("raft log store: %w", err)
 	}
 	cleanup := func() { n.bolt.Close() }
-	logs, err := raft.NewLogCache(512, n.bolt)
-	if err != nil {
+	if n.logs, err = raft.NewLogCache(512, n.bolt); err != nil {
 		cleanup()
 		return nil, err
 	}
-	n.logs = logs
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(o.DataDir, 2, hl)
 	if err != nil {
 		cleanup()
@@ -58,24 +91,54 @@ func Open(o Options) (*Node, error) {
 		cleanup()
 		return nil, fmt.Errorf("--raft-addr %s: %w", o.RaftAddr, err)
 	}
-	o.RaftAddr = string(n.trans.LocalAddr()) // the bound port, if 0 was asked for
-	if o.ID == "" {
-		o.ID = o.RaftAddr
+	n.opts.RaftAddr = string(n.trans.LocalAddr())
+	if n.opts.ID == "" {
+		n.opts.ID = n.opts.RaftAddr
 	}
-	n.opts.RaftAddr, n.opts.ID = o.RaftAddr, o.ID
-	n.fsm.OnConfiguration = n.configurationApplied
-	n.fsm.OnMembers = func(st *State) {
-		if st.Removed[n.opts.ID] {
-			n.setRemoved(true)
+	return snaps, nil
+}
+
+// startRaft starts Raft on the open stores: a node with state checks that
+// its address is the one on record; a new node that joins no cluster
+// bootstraps one. It reports whether the node had state.
+func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, error) {
+	closeStores := func() {
+		n.trans.Close()
+		n.bolt.Close()
+	}
+	existing, err := raft.HasExistingState(n.logs, n.bolt, snaps)
+	if err != nil {
+		closeStores()
+		return false, err
+	}
+	if n.raft, err = raft.NewRaft(raftConfig(n.opts, hl, n.notify), n.fsm, n.logs, n.bolt, snaps, n.trans); err != nil {
+		closeStores()
+		return false, err
+	}
+	if existing {
+		if err := n.checkAddress(); err != nil {
+			n.raft.Shutdown().Error()
+			closeStores()
+			return false, err
+		}
+	} else if n.opts.Join == "" {
+		if err := n.bootstrap(); err != nil {
+			n.Shutdown()
+			return false, err
 		}
 	}
-	// hashicorp/raft's timing (1 s heartbeat and election timeouts, 500 ms
-	// lease): a loaded machine's pauses do not start needless elections,
-	// and failover takes one to two seconds.
+	return existing, nil
+}
+
+// raftConfig is hashicorp/raft's configuration for o. Its default timing
+// (1 s heartbeat and election timeouts, 500 ms lease) stands unless o
+// sets it: a loaded machine's pauses do not start needless elections, and
+// failover takes one to two seconds.
+func raftConfig(o Options, hl hclog.Logger, notify chan bool) *raft.Config {
 	cfg := raft.DefaultConfig()
 	cfg.LocalID = raft.ServerID(o.ID)
 	cfg.Logger = hl
-	cfg.NotifyCh = n.notify
+	cfg.NotifyCh = notify
 	if o.SnapshotThreshold > 0 {
 		cfg.SnapshotThreshold = o.SnapshotThreshold
 	}
@@ -94,37 +157,30 @@ func Open(o Options) (*Node, error) {
 	if o.LeaderLeaseTimeout > 0 {
 		cfg.LeaderLeaseTimeout = o.LeaderLeaseTimeout
 	}
-	existing, err := raft.HasExistingState(logs, n.bolt, snaps)
-	if err != nil {
-		n.trans.Close()
-		cleanup()
-		return nil, err
-	}
-	if n.raft, err = raft.NewRaft(cfg, n.fsm, logs, n.bolt, snaps, n.trans); err != nil {
-		n.trans.Close()
-		cleanup()
-		return nil, err
-	}
-	if existing {
-		if err := n.checkAddress(); err != nil {
-			n.raft.Shutdown().Error()
-			n.trans.Close()
-			cleanup()
-			return nil, err
-		}
-	} else if o.Join == "" {
-		servers := []raft.Server{{ID: cfg.LocalID, Address: raft.ServerAddress(o.RaftAddr), Suffrage: raft.Voter}}
-		if len(o.Peers) > 0 {
-			servers = servers[:0]
-			for _, p := range o.Peers {
-				servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
-			}
-		}
-		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			n.Shutdown()
-			return nil, fmt.Errorf("bootstrap: %w", err)
+	return cfg
+}
+
+// bootstrap writes the first configuration of a new cluster: this node
+// alone, or every node of Peers (each started with the identical list).
+// A cluster bootstrapped already is no error.
+func (n *Node) bootstrap() error {
+	servers := []raft.Server{{ID: raft.ServerID(n.opts.ID), Address: raft.ServerAddress(n.opts.RaftAddr), Suffrage: raft.Voter}}
+	if len(n.opts.Peers) > 0 {
+		servers = servers[:0]
+		for _, p := range n.opts.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
 		}
 	}
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return nil
+}
+
+// start starts the node's goroutines once Raft runs: the observer of
+// leadership, the relay of Raft's notifications, registration and the
+// saving of views.
+func (n *Node) start() {
 	obs := make(chan raft.Observation, 16)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
@@ -157,9 +213,6 @@ func Open(o Options) (*Node, error) {
 	go n.relayNotify()
 	go n.register()
 	go n.saveViews()
-	n.log.Info("raft started", "id", o.ID, "raft", o.RaftAddr, "existing_state", existing,
-		"bootstrap_peers", len(o.Peers), "join", o.Join)
-	return n, nil
 }
 
 // checkAddress refuses to run a known node id at a new Raft address: the
