@@ -1,10 +1,11 @@
 // Package raftfsm replicates sluice's configuration through Raft: the
-// versioned encoding of log entries, the state machine that applies them —
-// to the budget tree, the membership map (node id → RESP address) and the
-// committed calendar quota counters (quota.go) — and remembers each node's
-// recent write outcomes so that a retried write applies once (writes.go),
-// and the node that opens, bootstraps, joins, applies with bounded waits
-// and shuts down with a leadership transfer.
+// versioned encoding of log entries, the state machine that applies them
+// through a table of entry types (apply.go) — to the budget tree, the
+// membership map (node id → RESP address) and the committed calendar quota
+// counters (quota.go) — and remembers each node's recent write outcomes so
+// that a retried write applies once (dedup.go); and the node that opens,
+// bootstraps, joins, forwards writes to the leader, applies with bounded
+// waits and shuts down with a leadership transfer. DESIGN.md says how.
 package raftfsm
 
 import (
