@@ -139,25 +139,20 @@ func raftConfig(o Options, hl hclog.Logger, notify chan bool) *raft.Config {
 	cfg.LocalID = raft.ServerID(o.ID)
 	cfg.Logger = hl
 	cfg.NotifyCh = notify
-	if o.SnapshotThreshold > 0 {
-		cfg.SnapshotThreshold = o.SnapshotThreshold
-	}
-	if o.SnapshotInterval > 0 {
-		cfg.SnapshotInterval = o.SnapshotInterval
-	}
-	if o.TrailingLogs > 0 {
-		cfg.TrailingLogs = o.TrailingLogs
-	}
-	if o.HeartbeatTimeout > 0 {
-		cfg.HeartbeatTimeout = o.HeartbeatTimeout
-	}
-	if o.ElectionTimeout > 0 {
-		cfg.ElectionTimeout = o.ElectionTimeout
-	}
-	if o.LeaderLeaseTimeout > 0 {
-		cfg.LeaderLeaseTimeout = o.LeaderLeaseTimeout
-	}
+	override(&cfg.SnapshotThreshold, o.SnapshotThreshold)
+	override(&cfg.SnapshotInterval, o.SnapshotInterval)
+	override(&cfg.TrailingLogs, o.TrailingLogs)
+	override(&cfg.HeartbeatTimeout, o.HeartbeatTimeout)
+	override(&cfg.ElectionTimeout, o.ElectionTimeout)
+	override(&cfg.LeaderLeaseTimeout, o.LeaderLeaseTimeout)
 	return cfg
+}
+
+// override sets *dst to v if v is set (above zero).
+func override[T uint64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // bootstrap writes the first configuration of a new cluster: this node
