@@ -1,10 +1,11 @@
 // Package raftfsm replicates sluice's configuration through Raft: the
-// versioned encoding of log entries, the state machine that applies them —
-// to the budget tree, the membership map (node id → RESP address) and the
-// committed calendar quota counters (quota.go) — and remembers each node's
-// recent write outcomes so that a retried write applies once (writes.go),
-// and the node that opens, bootstraps, joins, applies with bounded waits
-// and shuts down with a leadership transfer.
+// versioned encoding of log entries, the state machine that applies them
+// through a table of entry types (apply.go) — to the budget tree, the
+// membership map (node id → RESP address) and the committed calendar quota
+// counters (quota.go) — and remembers each node's recent write outcomes so
+// that a retried write applies once (dedup.go); and the node that opens,
+// bootstraps, joins, forwards writes to the leader, applies with bounded
+// waits and shuts down with a leadership transfer. DESIGN.md says how.
 package raftfsm
 
 import (
@@ -37,9 +38,15 @@ const (
 	// item's Used is the units wanted), or takes back units it releases
 	// (Used negative).
 	QuotaReserve
+
+	// entryTypeEnd is one past the last type: the size of the apply table.
+	entryTypeEnd
 )
 
-// Entry is a decoded log entry.
+// Entry is a decoded log entry: the union of every type's fields, as the
+// log encodes it (JSON, fields named as below). Proposers fill the fields
+// of their type; the state machine reads them through the type's payload
+// view (apply.go), which checks them.
 type Entry struct {
 	Type EntryType `json:"-"`
 	// SetBudget, DelBudget
@@ -87,51 +94,27 @@ func (e *Entry) Encode() []byte {
 // ErrBadEntry is returned for log bytes this version cannot decode.
 var ErrBadEntry = errors.New("raftfsm: undecodable entry")
 
-// Decode parses log bytes.
+// Decode parses log bytes and checks the payload of the entry's type.
 func Decode(b []byte) (*Entry, error) {
-	if len(b) < 2 || b[0] != entryVersion || b[1] < byte(SetBudget) || b[1] > byte(QuotaReserve) {
+	e, err := decodeEntry(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := commands[e.Type].check(e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// decodeEntry parses log bytes of a type the apply table has, without
+// checking the payload.
+func decodeEntry(b []byte) (*Entry, error) {
+	if len(b) < 2 || b[0] != entryVersion || !registered(EntryType(b[1])) {
 		return nil, ErrBadEntry
 	}
 	e := &Entry{Type: EntryType(b[1])}
 	if err := json.Unmarshal(b[2:], e); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
-	}
-	switch e.Type {
-	case SetBudget:
-		if e.Config == nil || e.Path == "" {
-			return nil, fmt.Errorf("%w: set without path or config", ErrBadEntry)
-		}
-	case DelBudget:
-		if e.Path == "" {
-			return nil, fmt.Errorf("%w: delete without path", ErrBadEntry)
-		}
-	case AddMember:
-		if e.Member == nil || e.Member.ID == "" {
-			return nil, fmt.Errorf("%w: member without id", ErrBadEntry)
-		}
-	case RemoveMember:
-		if e.ID == "" {
-			return nil, fmt.Errorf("%w: remove without id", ErrBadEntry)
-		}
-	case QuotaAdd:
-		for _, q := range e.Quotas {
-			if q.Key == "" || q.End <= q.Start || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
-				return nil, fmt.Errorf("%w: malformed quota item", ErrBadEntry)
-			}
-		}
-	case QuotaReserve:
-		if e.Origin == "" || len(e.Quotas) == 0 {
-			return nil, fmt.Errorf("%w: reservation without origin or items", ErrBadEntry)
-		}
-		for _, q := range e.Quotas {
-			if q.Key == "" || q.End <= q.Start || q.Limit <= 0 || q.Used == 0 || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
-				return nil, fmt.Errorf("%w: malformed quota reservation", ErrBadEntry)
-			}
-		}
-	case QuotaReset:
-		if len(e.Keys) == 0 {
-			return nil, fmt.Errorf("%w: quota reset without keys", ErrBadEntry)
-		}
 	}
 	return e, nil
 }

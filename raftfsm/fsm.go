@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-
 	"github.com/sluice-rl/sluice/budget"
 )
 
@@ -79,12 +77,6 @@ func NewFSM() *FSM {
 	return f
 }
 
-type bootView struct {
-	st     *State
-	index  uint64
-	quotas map[string]QuotaItem // counts as saved: a floor while replaying
-}
-
 // State returns the current replicated state.
 func (f *FSM) State() *State {
 	if b := f.boot.Load(); b != nil {
@@ -94,64 +86,6 @@ func (f *FSM) State() *State {
 		f.boot.CompareAndSwap(b, nil)
 	}
 	return f.state.Load()
-}
-
-// viewDoc is the state saved to the data dir for the next start.
-type viewDoc struct {
-	Index uint64 `json:"index"`
-	snapshotDoc
-}
-
-// SaveView writes the applied state to path (atomically) and returns the
-// index it holds.
-func (f *FSM) SaveView(path string) (uint64, error) {
-	idx := f.applied.Load()
-	st := f.state.Load()
-	doc := viewDoc{Index: idx, snapshotDoc: snapshotDoc{Format: snapshotFormat, Version: st.Tree.Version(), Budgets: st.Tree.Versioned(), Members: st.Members, Removed: st.Removed, Quotas: f.quotas.items(), Seqs: f.quotas.seqsCopy()}}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return 0, err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return 0, err
-	}
-	return idx, os.Rename(tmp, path)
-}
-
-// LoadView serves the state saved at path to readers until Raft has applied
-// past it, if it is newer than what Raft restored (after index).
-func (f *FSM) LoadView(path string, after uint64) error {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var doc viewDoc
-	if err := json.Unmarshal(b, &doc); err != nil || doc.Format != snapshotFormat {
-		return fmt.Errorf("raftfsm: %s: not a saved view (%v)", path, err)
-	}
-	if doc.Index <= after || doc.Index <= f.applied.Load() {
-		return nil
-	}
-	t, err := budget.FromVersioned(doc.Budgets, doc.Version)
-	if err != nil {
-		return fmt.Errorf("raftfsm: %s: %w", path, err)
-	}
-	if doc.Members == nil {
-		doc.Members = map[string]Member{}
-	}
-	quotas := make(map[string]QuotaItem, len(doc.Quotas))
-	for _, q := range doc.Quotas {
-		quotas[string(q.Key)] = q
-	}
-	if doc.Removed == nil {
-		doc.Removed = map[string]bool{}
-	}
-	f.boot.Store(&bootView{st: &State{Tree: t, Members: doc.Members, Removed: doc.Removed}, index: doc.Index, quotas: quotas})
-	return nil
 }
 
 // QuotaUsed returns the committed count of a quota counter in the period
@@ -233,7 +167,7 @@ func (f *FSM) QuotaRoom(key []byte) bool {
 // Applied returns the index of the last applied entry.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
 
-// Apply applies one committed log entry.
+// Apply applies one committed log entry through the apply table.
 func (f *FSM) Apply(l *raft.Log) any {
 	defer func() {
 		f.applied.Store(l.Index)
@@ -245,131 +179,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return Response{Index: l.Index}
 	}
-	e, err := Decode(l.Data)
+	e, err := decodeEntry(l.Data)
 	if err != nil {
-		return Response{Err: &budget.Error{Code: "ERR", Msg: err.Error()}, Index: l.Index}
+		return Response{Err: refusal(err), Index: l.Index}
 	}
-	if e.Req != nil {
-		if o, ok := f.writes.get(e.Req); ok {
-			return o.response() // a retry: answered as the first time
-		}
-	}
-	resp := f.apply(e, l.Index)
-	resp.Index = l.Index
-	if e.Req != nil {
-		f.writes.put(e.Req, outcomeOf(e.Req.Seq, l.Index, resp))
-	}
-	return resp
-}
-
-func (f *FSM) apply(e *Entry, index uint64) Response {
-	cur := f.state.Load()
-	next := &State{Tree: cur.Tree, Members: cur.Members, Removed: cur.Removed}
-	var resp Response
-	switch e.Type {
-	case SetBudget:
-		ch, err := cur.Tree.Set(e.Path, *e.Config, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, 1
-	case DelBudget:
-		t, n, err := cur.Tree.Del(e.Path, e.Recursive, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		if n == 0 {
-			return Response{}
-		}
-		next.Tree, resp.N = t, n
-	case ImportBudgets:
-		if e.IfEmpty && cur.Tree.Len() > 0 {
-			return Response{}
-		}
-		ch, err := cur.Tree.Import(e.Budgets, e.Replace, index)
-		if err != nil {
-			return Response{Err: err}
-		}
-		next.Tree, resp.Warn, resp.N = ch.Tree, ch.Warn, len(e.Budgets)
-	case QuotaAdd:
-		if e.Origin != "" && e.Seq <= f.quotas.LastSeq(e.Origin) {
-			return Response{} // a retried batch, counted already
-		}
-		for _, q := range e.Quotas {
-			f.quotas.add(q)
-		}
-		if e.Origin != "" {
-			f.quotas.setSeq(e.Origin, e.Seq) // after the counts: see QuotaSeq
-		}
-		f.quotas.purgeSome(e.Now)
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaAdded(e.Origin, e.Seq, e.Quotas)
-		}
-		return Response{N: len(e.Quotas)}
-	case QuotaReserve:
-		members := max(len(cur.Members), 1)
-		grants := make([]int64, len(e.Quotas))
-		for i, q := range e.Quotas {
-			grants[i] = f.quotas.reserve(q, members)
-		}
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReserved(e.Origin, e.Quotas, grants)
-		}
-		return Response{N: len(e.Quotas)}
-	case QuotaReset:
-		n := 0
-		for _, k := range e.Keys {
-			if f.quotas.reset(string(k)) {
-				n++
-			}
-		}
-		if o := f.quotaObs.Load(); o != nil {
-			(*o).QuotaReset(e.Keys, e.Now)
-		}
-		return Response{N: n}
-	case AddMember, RemoveMember:
-		if e.Type == AddMember && e.Auto && cur.Removed[e.Member.ID] {
-			return Response{Err: errRemoved(e.Member.ID)}
-		}
-		removed := make(map[string]bool, len(cur.Removed)+1)
-		for k := range cur.Removed {
-			removed[k] = true
-		}
-		if e.Type == AddMember {
-			delete(removed, e.Member.ID)
-		} else {
-			removed[e.ID] = true
-		}
-		next.Removed = removed
-		m := make(map[string]Member, len(cur.Members)+1)
-		for k, v := range cur.Members {
-			m[k] = v
-		}
-		if e.Type == AddMember {
-			// A member's id or either address identifies it: drop stale
-			// records that share one, as a rejoining node's would.
-			for k, v := range m {
-				if k == e.Member.ID || v.RespAddr == e.Member.RespAddr || v.RaftAddr == e.Member.RaftAddr {
-					delete(m, k)
-				}
-			}
-			m[e.Member.ID] = *e.Member
-		} else {
-			delete(m, e.ID)
-		}
-		next.Members = m
-		f.state.Store(next)
-		if f.OnMembers != nil {
-			f.OnMembers(next)
-		}
-		return resp
-	}
-	f.state.Store(next)
-	return resp
-}
-
-func errRemoved(id string) error {
-	return &budget.Error{Code: "ERR", Msg: "node '" + id + "' was removed from the cluster with RL.CLUSTER LEAVE; an operator re-admits it with RL.CLUSTER JOIN"}
+	return commands[e.Type].apply(f, e, l.Index)
 }
 
 // snapshotFormat versions the snapshot encoding.
@@ -456,3 +270,20 @@ func ResponseError(r any) (Response, error) {
 	}
 	return resp, nil
 }
+
+// StoreConfiguration is raft.ConfigurationStore: with it, Raft hands
+// configuration entries to the state machine too, so that the applied
+// index tracked here counts every entry Raft passes to the FSM.
+func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
+	f.applied.Store(index)
+	if f.OnConfiguration != nil {
+		f.OnConfiguration(index, c)
+	}
+	f.appliedSignal()
+}
+
+// appliedSignal wakes everyone waiting for the applied index to move.
+func (f *FSM) appliedSignal() { f.moved.fire() }
+
+// appliedChanged returns a channel closed at the next applied entry.
+func (f *FSM) appliedChanged() <-chan struct{} { return f.moved.wait() }

@@ -57,12 +57,30 @@ func cluster(t *testing.T, size int, tweak func(*Options)) ([]*Node, []Options) 
 		nodes, opts = append(nodes, n), append(opts, o)
 		if i == 0 {
 			testkit.WaitForLeader(t, n)
-		} else if err := nodes[0].Join(o.ID, o.RaftAddr, o.RespAddr, false); err != nil {
-			t.Fatal(err)
+		} else {
+			joinNode(t, nodes[:i], o)
 		}
 	}
 	testkit.WaitForLeader(t, nodes...)
 	return nodes, opts
+}
+
+// joinNode joins o through whichever of nodes leads, again after an
+// election (a loaded machine's pauses start some) until it is in.
+func joinNode(t *testing.T, nodes []*Node, o Options) {
+	t.Helper()
+	var err error
+	testkit.WaitFor(t, 30*time.Second, "node "+o.ID+" joined", func() bool {
+		err = testkit.WaitForLeader(t, nodes...).Join(o.ID, o.RaftAddr, o.RespAddr, false)
+		var e *Error
+		if errors.As(err, &e) && e.Code == "TRYAGAIN" {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
 }
 
 func TestSingleNodeBootstrapsItself(t *testing.T) {

@@ -1,181 +1,190 @@
 package raftfsm
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
-	"fmt"
-	"sort"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/sluice-rl/sluice/budget"
 )
 
-// ReqID names one write of one node, so that a write retried after an
-// unknown outcome (leadership lost while applying, a forward whose reply
-// never came) is applied once: the state machine remembers the outcome of
-// recent writes per node and answers a repeat with it, changing nothing.
-type ReqID struct {
-	Node string `json:"node"`
-	Seq  uint64 `json:"seq"`
+// ForwardPrefix names the connections that carry writes forwarded by
+// another node: such a write is never forwarded again, so a stale view of
+// the leader cannot bounce a write between two followers.
+const ForwardPrefix = "sluice-forward:"
+
+// Write proposes e wherever the leader is and waits for its outcome: on
+// the leader it applies, elsewhere it forwards the entry to the leader.
+// While no leader is known or the leader is unreachable it waits for one,
+// up to ApplyTimeout; an attempt whose outcome is unknown is retried, which
+// is safe because the state machine applies each write id once. It
+// replies only once this node has applied the write too (read-your-writes
+// here); a write committed but not applied here in time is an error
+// (NotAppliedError).
+func (n *Node) Write(e *Entry) (Response, error) {
+	if n.removed.Load() {
+		return Response{}, ErrRemoved
+	}
+	e.Req = &ReqID{Node: n.opts.ID, Seq: n.seq.Add(1)}
+	b := e.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	resp, err := n.propose(ctx, b)
+	if err != nil {
+		return resp, err
+	}
+	// Committed: this node normally applies it within milliseconds. A
+	// commit that came late in the write's time still gets a while here.
+	if dl, _ := ctx.Deadline(); time.Until(dl) < n.opts.ApplyTimeout/2 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), n.opts.ApplyTimeout/2)
+		defer cancel()
+	}
+	if !n.waitApplied(ctx, resp.Index) {
+		return Response{}, NotAppliedError(resp.Index)
+	}
+	return resp, nil
 }
 
-// Bounds of the table of remembered writes. A retry comes within one
-// --apply-timeout of its first attempt, far inside these.
-const (
-	writesPerNode = 1024
-	writeNodes    = 256
-)
-
-// outcome is a remembered Response in a form that snapshots can carry.
-type outcome struct {
-	Seq   uint64 `json:"seq"`
-	Index uint64 `json:"index"`
-	Code  string `json:"code,omitempty"`
-	Msg   string `json:"msg,omitempty"`
-	Warn  string `json:"warn,omitempty"`
-	N     int    `json:"n,omitempty"`
+// NotAppliedError is a write's reply when the leader committed it but
+// this node did not apply it within ApplyTimeout (cut off from the
+// leader's log, or far behind): replying OK would break
+// read-your-writes here, so the caller is told where to read it.
+func NotAppliedError(index uint64) *Error {
+	return &Error{Code: "TRYAGAIN", Msg: "the write was committed at index " + strconv.FormatUint(index, 10) +
+		" but this node has not applied it yet, so reads here would not show it; read it with CONSISTENT (served by the leader), or repeat the write: writes are safe to repeat"}
 }
 
-func outcomeOf(seq, index uint64, r Response) outcome {
-	o := outcome{Seq: seq, Index: index, Warn: r.Warn, N: r.N}
-	if r.Err != nil {
-		var be *budget.Error
-		if errors.As(r.Err, &be) {
-			o.Code, o.Msg = be.Code, be.Msg
-		} else {
-			o.Code, o.Msg = "ERR", r.Err.Error()
+func (n *Node) propose(ctx context.Context, b []byte) (Response, error) {
+	var last error = ErrNoLeader
+	backoff := 10 * time.Millisecond
+	for {
+		changed := n.events.wait()
+		if n.raft.State() == raft.Leader {
+			resp, err := n.applyHere(ctx, b)
+			if err == nil || !retryable(err) {
+				return resp, err
+			}
+			last = err
+		} else if id, addr, ok := n.Leader(); ok && addr != "" && id != n.opts.ID {
+			resp, err := n.forwardOnce(ctx, addr, b)
+			if err == nil || !retryable(err) {
+				return resp, err
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			var e *Error
+			_, _, known := n.Leader()
+			switch {
+			case errors.Is(last, ErrNoLeader), !known && n.raft.State() != raft.Leader:
+				// An unreachable leader that has since been given up on
+				// (this node's heartbeat timeout) is no leader at all.
+				return Response{}, ErrNoLeader
+			case errors.As(last, &e) && strings.HasPrefix(e.Msg, "leader "):
+				return Response{}, &Error{Code: e.Code, Msg: e.Msg} // the leader stayed unreachable
+			case errors.Is(last, ErrLost), errors.Is(last, ErrNotLeader):
+				return Response{}, ErrNoLeader
+			}
+			return Response{}, ErrTimeout
+		case <-n.stop:
+			return Response{}, ErrShutdown
+		case <-changed:
+			backoff = 10 * time.Millisecond
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 200*time.Millisecond)
 		}
 	}
-	return o
 }
 
-func (o outcome) response() Response {
-	r := Response{Warn: o.Warn, N: o.N, Index: o.Index}
-	if o.Code != "" {
-		r.Err = &budget.Error{Code: o.Code, Msg: o.Msg}
-	}
-	return r
-}
-
-// EncodeResponse is the form in which a leader answers a forwarded write.
-func EncodeResponse(r Response) []byte {
-	b, _ := json.Marshal(outcomeOf(0, r.Index, r))
-	return b
-}
-
-// DecodeResponse reads what EncodeResponse wrote.
-func DecodeResponse(b []byte) (Response, error) {
-	var o outcome
-	if err := json.Unmarshal(b, &o); err != nil {
-		return Response{}, fmt.Errorf("raftfsm: forwarded reply: %w", err)
-	}
-	return o.response(), nil
-}
-
-// writeTable holds the remembered outcomes. Only Raft's FSM goroutine
-// touches it (Apply, Snapshot, Restore), so it needs no lock; evictions
-// depend only on the log, so every replica keeps the same table.
-type writeTable struct {
-	nodes map[string]*nodeWrites
-}
-
-type nodeWrites struct {
-	last uint64 // log index of the node's latest write
-	byID map[uint64]outcome
-}
-
-func (w *writeTable) get(id *ReqID) (outcome, bool) {
-	nw := w.nodes[id.Node]
-	if nw == nil {
-		return outcome{}, false
-	}
-	o, ok := nw.byID[id.Seq]
-	return o, ok
-}
-
-func (w *writeTable) put(id *ReqID, o outcome) {
-	if w.nodes == nil {
-		w.nodes = map[string]*nodeWrites{}
-	}
-	nw := w.nodes[id.Node]
-	if nw == nil {
-		if len(w.nodes) >= writeNodes {
-			w.dropOldestNode()
-		}
-		nw = &nodeWrites{byID: map[uint64]outcome{}}
-		w.nodes[id.Node] = nw
-	}
-	nw.last = o.Index
-	nw.byID[id.Seq] = o
-	if len(nw.byID) > writesPerNode {
-		lowest := uint64(0)
-		first := true
-		for s := range nw.byID {
-			if first || s < lowest {
-				lowest, first = s, false
+// forwardOnce forwards to the leader at addr, giving up early when this
+// node's view of the leader changes (a dead or deposed leader).
+func (n *Node) forwardOnce(ctx context.Context, addr string, b []byte) (Response, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			changed := n.events.wait()
+			if _, a, ok := n.Leader(); !ok || a != addr {
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
 			}
 		}
-		delete(nw.byID, lowest)
+	}()
+	resp, err := n.remote.Forward(ctx, addr, b)
+	if err != nil && ctx.Err() != nil {
+		return Response{}, &Error{Code: "TRYAGAIN", Msg: "leader " + addr + " did not answer", Retry: true}
+	}
+	return resp, err
+}
+
+// Apply applies an encoded entry on this node if it leads (else
+// ErrNotLeader), waiting at most ApplyTimeout. A write forwarded by
+// another node comes here: it is never forwarded again, so a stale view of
+// the leader cannot bounce a write between followers.
+func (n *Node) Apply(b []byte) (Response, error) {
+	if n.raft.State() != raft.Leader {
+		return Response{}, ErrNotLeader
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	return n.applyHere(ctx, b)
+}
+
+// applyHere proposes b on this node, which believes it leads, and waits
+// (until ctx ends) for its commit and apply.
+func (n *Node) applyHere(ctx context.Context, b []byte) (Response, error) {
+	start := time.Now()
+	timeout := n.opts.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(d), time.Millisecond)
+	}
+	f := n.raft.Apply(b, timeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if n.opts.ObserveApply != nil {
+			n.opts.ObserveApply(time.Since(start).Seconds())
+		}
+		switch {
+		case err == nil:
+			return ResponseError(f.Response())
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return Response{}, ErrNotLeader
+		case errors.Is(err, raft.ErrLeadershipLost):
+			return Response{}, ErrLost
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return Response{}, ErrShutdown
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return Response{}, ErrTimeout
+		}
+		return Response{}, &Error{Code: "TRYAGAIN", Msg: err.Error()}
+	case <-ctx.Done():
+		return Response{}, ErrTimeout
+	case <-n.stop:
+		return Response{}, ErrShutdown
 	}
 }
 
-func (w *writeTable) dropOldestNode() {
-	oldest, idx := "", uint64(0)
-	for id, nw := range w.nodes {
-		if oldest == "" || nw.last < idx || nw.last == idx && id < oldest {
-			oldest, idx = id, nw.last
+// waitApplied waits, until ctx ends, for this node to apply index.
+func (n *Node) waitApplied(ctx context.Context, index uint64) bool {
+	for {
+		ch := n.fsm.appliedChanged()
+		if n.AppliedIndex() >= index {
+			return true
+		}
+		// The timer: no-ops and barriers move Raft's index only.
+		if n.pause(ctx, ch, 10*time.Millisecond) != nil {
+			return false
 		}
 	}
-	delete(w.nodes, oldest)
 }
-
-// writeDoc is the table as snapshots carry it.
-type writeDoc struct {
-	Node     string    `json:"node"`
-	Outcomes []outcome `json:"outcomes"`
-}
-
-func (w *writeTable) docs() []writeDoc {
-	out := make([]writeDoc, 0, len(w.nodes))
-	for id, nw := range w.nodes {
-		d := writeDoc{Node: id, Outcomes: make([]outcome, 0, len(nw.byID))}
-		for _, o := range nw.byID {
-			d.Outcomes = append(d.Outcomes, o)
-		}
-		sort.Slice(d.Outcomes, func(i, j int) bool { return d.Outcomes[i].Seq < d.Outcomes[j].Seq })
-		out = append(out, d)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out
-}
-
-func writesFrom(docs []writeDoc) writeTable {
-	w := writeTable{nodes: map[string]*nodeWrites{}}
-	for _, d := range docs {
-		nw := &nodeWrites{byID: make(map[uint64]outcome, len(d.Outcomes))}
-		for _, o := range d.Outcomes {
-			nw.byID[o.Seq] = o
-			nw.last = max(nw.last, o.Index)
-		}
-		w.nodes[d.Node] = nw
-	}
-	return w
-}
-
-// StoreConfiguration is raft.ConfigurationStore: with it, Raft hands
-// configuration entries to the state machine too, so that the applied
-// index tracked here counts every entry Raft passes to the FSM.
-func (f *FSM) StoreConfiguration(index uint64, c raft.Configuration) {
-	f.applied.Store(index)
-	if f.OnConfiguration != nil {
-		f.OnConfiguration(index, c)
-	}
-	f.appliedSignal()
-}
-
-// appliedSignal wakes everyone waiting for the applied index to move.
-func (f *FSM) appliedSignal() { f.moved.fire() }
-
-// appliedChanged returns a channel closed at the next applied entry.
-func (f *FSM) appliedChanged() <-chan struct{} { return f.moved.wait() }

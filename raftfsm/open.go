@@ -1,0 +1,321 @@
+package raftfsm
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Open opens (or creates) the node's Raft state in DataDir and starts it:
+// a node with no state bootstraps (alone, or with Peers) or joins.
+func Open(o Options) (*Node, error) {
+	o = o.withDefaults()
+	if err := os.MkdirAll(o.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	hl, peers := raftLogger(o.Logger, o.LogLevel)
+	n := newNode(o, peers)
+	snaps, err := n.openStores(hl)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := n.startRaft(hl, snaps)
+	if err != nil {
+		return nil, err
+	}
+	n.start()
+	n.log.Info("raft started", "id", n.opts.ID, "raft", n.opts.RaftAddr, "existing_state", existing,
+		"bootstrap_peers", len(o.Peers), "join", o.Join)
+	return n, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.ApplyTimeout == 0 {
+		o.ApplyTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Remote == nil {
+		o.Remote = noRemote{}
+	}
+	return o
+}
+
+func newNode(o Options, peers *peerLog) *Node {
+	n := &Node{opts: o, log: o.Logger, fsm: NewFSM(), stop: make(chan struct{}), notify: make(chan bool, 16), changed: make(chan struct{}, 1),
+		remote: o.Remote, peers: peers}
+	// Write ids continue across restarts (the clock has moved on), so a
+	// restarted node's writes are never mistaken for its earlier ones.
+	n.seq.Store(uint64(time.Now().UnixNano()))
+	n.fsm.OnConfiguration = n.configurationApplied
+	n.fsm.OnMembers = func(st *State) {
+		if st.Removed[n.opts.ID] {
+			n.setRemoved(true)
+		}
+	}
+	return n
+}
+
+// openStores opens the log store (behind a cache), the snapshot store and
+// the transport, and settles the node's Raft address (the bound port, if
+// 0 was asked for) and its id (that address, if none was given).
+func (n *Node) openStores(hl hclog.Logger) (*raft.FileSnapshotStore, error) {
+	o := n.opts
+	var err error
+	if n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(o.DataDir, "raft.db")}); err != nil {
+		return nil, fmt.Errorf("raft log store: %w", err)
+	}
+	cleanup := func() { n.bolt.Close() }
+	if n.logs, err = raft.NewLogCache(512, n.bolt); err != nil {
+		cleanup()
+		return nil, err
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(o.DataDir, 2, hl)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("raft snapshots: %w", err)
+	}
+	if n.trans, err = newTransport(o, hl); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("--raft-addr %s: %w", o.RaftAddr, err)
+	}
+	n.opts.RaftAddr = string(n.trans.LocalAddr())
+	if n.opts.ID == "" {
+		n.opts.ID = n.opts.RaftAddr
+	}
+	return snaps, nil
+}
+
+// startRaft starts Raft on the open stores: a node with state checks that
+// its address is the one on record; a new node that joins no cluster
+// bootstraps one. It reports whether the node had state.
+func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, error) {
+	closeStores := func() {
+		n.trans.Close()
+		n.bolt.Close()
+	}
+	existing, err := raft.HasExistingState(n.logs, n.bolt, snaps)
+	if err != nil {
+		closeStores()
+		return false, err
+	}
+	n.stable = &stableStore{s: n.bolt}
+	if n.raft, err = raft.NewRaft(raftConfig(n.opts, hl, n.notify), n.fsm, n.logs, n.stable, snaps, n.trans); err != nil {
+		closeStores()
+		return false, err
+	}
+	if existing {
+		if err := n.checkAddress(); err != nil {
+			n.raft.Shutdown().Error()
+			closeStores()
+			return false, err
+		}
+	} else if n.opts.Join == "" {
+		if err := n.bootstrap(); err != nil {
+			n.Shutdown()
+			return false, err
+		}
+	}
+	return existing, nil
+}
+
+// raftConfig is hashicorp/raft's configuration for o. Its default timing
+// (1 s heartbeat and election timeouts, 500 ms lease) stands unless o
+// sets it: a loaded machine's pauses do not start needless elections, and
+// failover takes one to two seconds.
+func raftConfig(o Options, hl hclog.Logger, notify chan bool) *raft.Config {
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(o.ID)
+	cfg.Logger = hl
+	cfg.NotifyCh = notify
+	override(&cfg.SnapshotThreshold, o.SnapshotThreshold)
+	override(&cfg.SnapshotInterval, o.SnapshotInterval)
+	override(&cfg.TrailingLogs, o.TrailingLogs)
+	override(&cfg.HeartbeatTimeout, o.HeartbeatTimeout)
+	override(&cfg.ElectionTimeout, o.ElectionTimeout)
+	override(&cfg.LeaderLeaseTimeout, o.LeaderLeaseTimeout)
+	return cfg
+}
+
+// override sets *dst to v if v is set (above zero).
+func override[T uint64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+// bootstrap writes the first configuration of a new cluster: this node
+// alone, or every node of Peers (each started with the identical list).
+// A cluster bootstrapped already is no error.
+func (n *Node) bootstrap() error {
+	servers := []raft.Server{{ID: raft.ServerID(n.opts.ID), Address: raft.ServerAddress(n.opts.RaftAddr), Suffrage: raft.Voter}}
+	if len(n.opts.Peers) > 0 {
+		servers = servers[:0]
+		for _, p := range n.opts.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+		}
+	}
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return nil
+}
+
+// start starts the node's goroutines once Raft runs: the observer of
+// leadership, the relay of Raft's notifications, registration and the
+// saving of views.
+func (n *Node) start() {
+	obs := make(chan raft.Observation, 16)
+	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
+	}))
+	// A lone voter elects itself now, so that it replays its log while the
+	// saved view loads.
+	after := n.raft.AppliedIndex()
+	n.electAloneAtOnce()
+	// Serve what this node had applied before it stopped until Raft has
+	// replayed that far, so that a node restarted without a quorum still
+	// limits with its last tree (and a lone node, with its quota counts,
+	// while it replays).
+	if err := n.fsm.LoadView(n.viewPath(), after); err != nil {
+		n.log.Warn("saved view not used", "err", err)
+	}
+	n.wg.Add(4)
+	if n.raft.State() == raft.Leader {
+		// Elected before the observer was registered (loading a large
+		// saved view takes a while): catch up all the same.
+		n.wg.Add(1)
+		go n.catchUp(n.raft.CurrentTerm())
+	}
+	idOf := n.idOf
+	n.peers.idOf.Store(&idOf)
+	go n.watch(obs)
+	go n.relayNotify()
+	go n.register()
+	go n.saveViews()
+}
+
+// checkAddress refuses to run a known node id at a new Raft address: the
+// other members would keep calling the old one.
+func (n *Node) checkAddress() error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.opts.ID && string(s.Address) != n.opts.RaftAddr {
+			return fmt.Errorf("node id %q is registered with raft address %s; refusing to start at %s "+
+				"(restart with the old --raft-addr, or remove the node with RL.CLUSTER LEAVE and join it afresh)",
+				n.opts.ID, s.Address, n.opts.RaftAddr)
+		}
+	}
+	return nil
+}
+
+func newTransport(o Options, hl hclog.Logger) (*raft.NetworkTransport, error) {
+	st := &stream{}
+	var err error
+	if o.TLS != nil {
+		st.Listener, err = tls.Listen("tcp", o.RaftAddr, o.TLS)
+		st.client = o.ClientTLS
+	} else {
+		st.Listener, err = net.Listen("tcp", o.RaftAddr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Advertise the address as configured (a host name stays a host name,
+	// so a restarted node matches its record), or what was bound for
+	// port 0.
+	st.advertise = advertAddr(o.RaftAddr)
+	if _, port, _ := net.SplitHostPort(o.RaftAddr); port == "0" {
+		st.advertise = st.Listener.Addr()
+	}
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+	}), nil
+}
+
+// advertAddr is a Raft address as written, host name or IP.
+type advertAddr string
+
+func (a advertAddr) Network() string { return "tcp" }
+
+func (a advertAddr) String() string { return string(a) }
+
+// stream is Raft's stream layer: plain TCP, or TLS when client is set.
+type stream struct {
+	net.Listener
+	advertise net.Addr
+	client    *tls.Config
+}
+
+func (s *stream) Addr() net.Addr { return s.advertise }
+
+func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if s.client != nil {
+		return tls.DialWithDialer(d, "tcp", string(addr), s.client)
+	}
+	return d.Dial("tcp", string(addr))
+}
+
+// PeerTLS returns the client and server TLS configurations for traffic
+// between nodes: certificates are verified against the CA (not against host
+// names, so nodes may be addressed by IP), and each side must present one.
+func PeerTLS(cert tls.Certificate, ca *x509.CertPool) (server, client *tls.Config) {
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("peer presented no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: ca, Intermediates: inter,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err
+	}
+	server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequireAnyClientCert, VerifyConnection: verify}
+	client = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		InsecureSkipVerify: true, VerifyConnection: verify} // chain checked in verify
+	return server, client
+}
+
+// alone reports whether this node is the only voter of its configuration.
+func (n *Node) alone() bool {
+	servers, err := n.Servers()
+	return err == nil && len(servers) == 1 && string(servers[0].ID) == n.opts.ID
+}
+
+// electAloneAtOnce makes a node that is the only voter of its cluster
+// elect itself now rather than after a heartbeat timeout (one to two
+// seconds): Raft re-checks its timer when the heartbeat timeout shrinks,
+// and a node that has never heard from a leader then campaigns at once.
+func (n *Node) electAloneAtOnce() {
+	if !n.alone() {
+		return
+	}
+	rc := n.raft.ReloadableConfig()
+	rc.HeartbeatTimeout -= time.Millisecond
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Debug("fast self-election", "err", err)
+	}
+}
