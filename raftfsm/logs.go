@@ -56,6 +56,18 @@ var expected = map[string]bool{
 	"rejecting vote request since we have a leader": true,
 	// A leader that handed leadership over (a stop) meets the new term.
 	"peer has newer term, stopping replication": true,
+	// Two candidates at once (a split vote, common when nodes start
+	// together on a busy machine), and a candidate that meets the winner.
+	"rejecting vote request since our last term is greater":      true,
+	"rejecting vote request since our last index is greater":     true,
+	"rejecting pre-vote request since we have a leader":          true,
+	"rejecting pre-vote request since our last term is greater":  true,
+	"rejecting pre-vote request since our last index is greater": true,
+	"duplicate requestVote from":                                 true,
+	"new leader elected, stepping down":                          true,
+	// A new or lagging follower's log is repaired by the leader.
+	"failed to get previous log":  true,
+	"previous log term mis-match": true,
 }
 
 // raftLogger routes hashicorp/raft's hclog lines into slog, so that every
