@@ -68,8 +68,12 @@ func (cl *Client) do(ctx context.Context, addr string, args [][]byte, dial time.
 	if err != nil {
 		return nil, err
 	}
+	// The deadline first, then the cancellation that overrides it: the
+	// other order could put a later deadline over a cancellation that came
+	// in between.
+	c.c.SetDeadline(cl.until(ctx, cl.timeout()))
 	stop := context.AfterFunc(ctx, func() { c.c.SetDeadline(time.Unix(1, 0)) })
-	raw, err := c.do(args, cl.until(ctx, cl.timeout()))
+	raw, err := c.do(args)
 	if !stop() || err != nil {
 		c.c.Close()
 		if ctx.Err() != nil {
@@ -107,9 +111,9 @@ func (cl *Client) timeout() time.Duration {
 
 // getDial returns an idle connection to addr, or dials and greets a new
 // one: dialling within dial, the handshake within dial again (at least
-// minGreeting), both ended
-// early by ctx (its deadline, or its cancellation: a forward whose leader
-// changed must not wait on a frozen one's AUTH reply).
+// minGreeting), both ended early by ctx (its deadline, or its
+// cancellation: a forward whose leader changed must not wait on a frozen
+// one's AUTH reply).
 func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) (*conn, error) {
 	cl.mu.Lock()
 	if cs := cl.idle[addr]; len(cs) > 0 {
@@ -155,13 +159,14 @@ func (cl *Client) getDial(ctx context.Context, addr string, dial time.Duration) 
 	if len(hello) == 0 {
 		return c, nil
 	}
+	// A greeting on a loaded machine may take longer than a dial; a frozen
+	// peer's is ended by ctx (a forward's view of the leader changed). The
+	// deadline is set before the cancellation that overrides it.
+	nc.SetDeadline(cl.until(ctx, max(dial, minGreeting)))
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	// A greeting on a loaded machine may take longer than a dial; a frozen
-	// peer's is ended by ctx (a forward's view of the leader changed).
-	deadline := cl.until(ctx, max(dial, minGreeting))
 	for _, h := range hello {
-		raw, err := c.do(h, deadline)
+		raw, err := c.do(h)
 		if err == nil && len(raw) > 0 && raw[0] == '-' {
 			err = &HandshakeError{Msg: string(raw[1 : len(raw)-2])}
 		}
@@ -209,8 +214,8 @@ func (cl *Client) Close() {
 	}
 }
 
-func (c *conn) do(args [][]byte, deadline time.Time) ([]byte, error) {
-	c.c.SetDeadline(deadline)
+// do sends args and reads the reply, within the deadline the caller set.
+func (c *conn) do(args [][]byte) ([]byte, error) {
 	buf := AppendCommand(make([]byte, 0, 64), args...)
 	if _, err := c.c.Write(buf); err != nil {
 		return nil, err
