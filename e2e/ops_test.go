@@ -191,17 +191,7 @@ func TestEnvoyRulesReloadWhenTheFileChanges(t *testing.T) {
 // not once per failed RPC, and once when it is back; a leadership change
 // gives one INFO line on each node.
 func TestOperatorLogs(t *testing.T) {
-	var ms []*member
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
-		ms = append(ms, m)
-		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
-	}
-	peerList := strings.Join(peers, ",")
-	for _, m := range ms {
-		m.start(t, peerList)
-	}
+	ms, peerList := threeNodes(t)
 	l := leader(t, ms)
 	term := l.info(t)["term"]
 	// One line on each node for this leader and term.
