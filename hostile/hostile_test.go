@@ -429,7 +429,7 @@ func TestQueuedTransactionsShareTheClientBuffersBound(t *testing.T) {
 			continue
 		}
 		got := c.Do("EXEC")
-		if fullTx[i] && got != "-EXECABORT Transaction discarded because of previous errors." || !fullTx[i] && !strings.HasPrefix(got, "*") {
+		if fullTx[i] && got != "-EXECABORT Transaction discarded because of previous errors." || !fullTx[i] && !strings.HasPrefix(got, "[") {
 			t.Errorf("EXEC: %.80s", got)
 		}
 		c.Conn.Close()
