@@ -682,7 +682,7 @@ func (e *docEnv) shell(cmdline string, stdin string) (string, error) {
 	if err := os.WriteFile(f, []byte(cmdline+"\n"), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a loaded machine stretches a loop of redis-cli runs
 	defer cancel()
 	var cmd *exec.Cmd
 	if stdin == "" {
