@@ -179,6 +179,7 @@ func (l *netLab) remove() {
 	}
 	ipCmd("netns", "del", l.brNS())
 	ipCmd("link", "del", l.hostLink())
+	os.Remove(netnsEtc) // only if empty: another run may be using it
 }
 
 // netnsEtc holds the files `ip netns exec NAME` mounts over /etc's
