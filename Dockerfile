@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-
 # The sluice server image: one static binary on distroless, run as nonroot.
 #
 #   docker build -t sluice .
@@ -31,8 +29,10 @@ COPY . .
 # VERSION, if given (--build-arg VERSION=1.2.3), is what `sluice version`,
 # HELLO and INFO report; otherwise the version in the source.
 ARG VERSION=""
-RUN --mount=type=cache,target=/root/.cache/go-build \
-    ldflags="-s -w"; \
+# No BuildKit cache mount here: the image builds with the classic builder
+# too (Debian's docker.io has no buildx); the module layer above is what a
+# rebuild reuses.
+RUN ldflags="-s -w"; \
     if [ -n "$VERSION" ]; then ldflags="$ldflags -X github.com/sluice-rl/sluice/server.Version=$VERSION"; fi; \
     go build -trimpath -ldflags "$ldflags" -o /out/sluice ./cmd/sluice
 # The final image has no shell to mkdir with: make the data directory here

@@ -15,7 +15,9 @@ run: build
 	./$(BIN) --data-dir ./sluice-data
 
 # Every test with the race detector, plus gofmt and go vet, in the main
-# module and in the client module (client/, a module of its own); the
+# module, in the client module (client/, a module of its own) and in the
+# Helm chart's test module (deploy/charttest, which keeps Helm's and
+# Kubernetes' libraries out of the main module); the
 # client's timing bound without the race detector, which would slow it;
 # then the hostile-client suite on its own (it measures a bystander's
 # latency, which other packages' tests running beside it would disturb).
@@ -27,6 +29,7 @@ test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 40m ./robust $$($(GO) list $(PKGS) | grep -v -e /hostile$$ -e /robust$$)
 	cd client && $(GO) test -race -count=1 -timeout 10m ./...
+	cd deploy/charttest && $(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
 	$(GO) test -count=1 -timeout 30m ./hostile
 
@@ -39,10 +42,12 @@ test-docs:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 	cd client && $(GO) test -short -count=1 ./...
+	cd deploy/charttest && $(GO) test -short -count=1 ./...
 
 vet:
 	$(GO) vet $(PKGS)
 	cd client && $(GO) vet ./...
+	cd deploy/charttest && $(GO) vet ./...
 
 fmt:
 	gofmt -w .

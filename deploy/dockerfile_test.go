@@ -311,6 +311,38 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
+// The Dockerfile builds with the classic builder as well as with BuildKit
+// (Debian's docker.io has no buildx): no parser directive asking for a
+// frontend image, no RUN options (--mount, --network, --security), no
+// heredocs, and no COPY or ADD options but --from and --chown.
+func TestDockerfileClassicBuilder(t *testing.T) {
+	src := read(t, "Dockerfile")
+	for i, line := range strings.Split(src, "\n") {
+		if regexp.MustCompile(`^#\s*(?i:syntax|check)\s*=`).MatchString(line) {
+			t.Errorf("Dockerfile:%d: %q needs BuildKit's frontend", i+1, line)
+		}
+	}
+	df := loadDockerfile(t)
+	for _, stage := range df.stages {
+		for _, in := range stage {
+			if strings.Contains(in.args, "<<") {
+				t.Errorf("Dockerfile:%d: a heredoc needs BuildKit", in.line)
+			}
+			if in.cmd == "RUN" && strings.HasPrefix(in.args, "--") {
+				t.Errorf("Dockerfile:%d: RUN %s needs BuildKit", in.line, strings.Fields(in.args)[0])
+			}
+			if in.cmd == "COPY" || in.cmd == "ADD" {
+				opts, _, _ := copyArgs(in)
+				for k := range opts {
+					if k != "from" && k != "chown" {
+						t.Errorf("Dockerfile:%d: %s --%s needs BuildKit", in.line, in.cmd, k)
+					}
+				}
+			}
+		}
+	}
+}
+
 // dockerHealthcheck returns the HEALTHCHECK command of the final stage.
 func dockerHealthcheck(t *testing.T, df dockerfile) []string {
 	t.Helper()

@@ -26,6 +26,13 @@ type Options struct {
 	Peers []Member
 	// Join is any member's RESP address, for a node joining a cluster.
 	Join string
+	// Discover, when set (--join dns:NAME), returns the RESP addresses of
+	// the cluster's nodes. A node with no Raft state then neither
+	// bootstraps nor joins at once: it joins a node that is in a cluster,
+	// or, once BootstrapExpect nodes (itself included) answer and none is,
+	// the one with the lowest id bootstraps the cluster (discover.go).
+	Discover        func(ctx context.Context) ([]string, error)
+	BootstrapExpect int
 	// TLS is the server side of Raft's TLS (with client certificates
 	// required when it has ClientCAs); ClientTLS dials peers. Both nil:
 	// plain TCP.
@@ -61,6 +68,9 @@ type Remote interface {
 	// Join asks the member at addr to add m as a voter (auto: the node's
 	// own request, refused for a node an operator removed).
 	Join(ctx context.Context, addr string, m Member) error
+	// Status asks the node at addr for its id and whether it is in a
+	// cluster (for Options.Discover).
+	Status(ctx context.Context, addr string) (PeerStatus, error)
 	Close()
 }
 
@@ -75,7 +85,10 @@ func (noRemote) Forward(context.Context, string, []byte) (Response, error) {
 }
 func (noRemote) Relay(context.Context, string, [][]byte) ([]byte, error) { return nil, errNoRemote }
 func (noRemote) Join(context.Context, string, Member) error              { return errNoRemote }
-func (noRemote) Close()                                                  {}
+func (noRemote) Status(context.Context, string) (PeerStatus, error) {
+	return PeerStatus{}, errNoRemote
+}
+func (noRemote) Close() {}
 
 // Node is this process's Raft member.
 type Node struct {

@@ -122,7 +122,7 @@ func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, 
 			closeStores()
 			return false, err
 		}
-	} else if n.opts.Join == "" {
+	} else if n.opts.Join == "" && n.opts.Discover == nil {
 		if err := n.bootstrap(); err != nil {
 			n.Shutdown()
 			return false, err
@@ -209,6 +209,10 @@ func (n *Node) start() {
 	go n.relayNotify()
 	go n.register()
 	go n.saveViews()
+	if n.opts.Discover != nil {
+		n.wg.Add(1)
+		go n.discover()
+	}
 }
 
 // checkAddress refuses to run a known node id at a new Raft address: the

@@ -45,12 +45,26 @@ func (r memRemote) Relay(ctx context.Context, addr string, args [][]byte) ([]byt
 
 var refuseRelays atomic.Int64
 
+// Join asks the node at addr, which relays the request to its leader as
+// a server does.
 func (r memRemote) Join(ctx context.Context, addr string, m Member) error {
 	n, err := r.node(addr)
 	if err != nil {
 		return err
 	}
-	return n.Join(m.ID, m.RaftAddr, m.RespAddr, true)
+	err = n.Join(m.ID, m.RaftAddr, m.RespAddr, true)
+	if _, leader, ok := n.Leader(); err == ErrNotLeader && ok && leader != addr {
+		return r.Join(ctx, leader, m)
+	}
+	return err
+}
+
+func (r memRemote) Status(ctx context.Context, addr string) (PeerStatus, error) {
+	n, err := r.node(addr)
+	if err != nil {
+		return PeerStatus{}, err
+	}
+	return PeerStatus{ID: n.ID(), InCluster: n.inCluster()}, nil
 }
 
 func (memRemote) Close() {}

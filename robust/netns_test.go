@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -93,6 +94,14 @@ func sweepLabs(t *testing.T) {
 			}
 		}
 	}
+	if ents, err := os.ReadDir(netnsEtc); err == nil {
+		for _, e := range ents {
+			if dead(e.Name()) {
+				t.Logf("removing leftover %s", filepath.Join(netnsEtc, e.Name()))
+				os.RemoveAll(filepath.Join(netnsEtc, e.Name()))
+			}
+		}
+	}
 	if ifs, err := net.Interfaces(); err == nil {
 		for _, i := range ifs {
 			if dead(i.Name) {
@@ -166,9 +175,26 @@ func newNetLab(t *testing.T, rng *rand.Rand) (*netLab, error) {
 func (l *netLab) remove() {
 	for i := 1; i <= 3; i++ {
 		ipCmd("netns", "del", l.nodeNS(i))
+		os.RemoveAll(filepath.Join(netnsEtc, l.nodeNS(i)))
 	}
 	ipCmd("netns", "del", l.brNS())
 	ipCmd("link", "del", l.hostLink())
+	os.Remove(netnsEtc) // only if empty: another run may be using it
+}
+
+// netnsEtc holds the files `ip netns exec NAME` mounts over /etc's
+// (NAME/resolv.conf over /etc/resolv.conf).
+const netnsEtc = "/etc/netns"
+
+// useNameserver makes the processes started in node i's namespace resolve
+// names with the DNS server at ip (port 53), through the resolv.conf
+// `ip netns exec` gives them; remove deletes it.
+func (l *netLab) useNameserver(i int, ip string) error {
+	dir := filepath.Join(netnsEtc, l.nodeNS(i))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("nameserver "+ip+"\noptions timeout:1 attempts:2\n"), 0o644)
 }
 
 // cut takes node i (1-based) off the bridge, or puts it back.

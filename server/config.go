@@ -30,15 +30,18 @@ type Config struct {
 	NodeID         string
 	BootstrapPeers string
 	Join           string
-	Budgets        string
-	RequirePass    string
-	PeerPassword   string
-	ACLFile        string
-	TLSCert        string
-	TLSKey         string
-	TLSCA          string
-	ProtectedMode  bool
-	MaxClients     int
+	// BootstrapExpect is how many nodes a new cluster found by --join
+	// dns: waits for before its lowest id bootstraps it.
+	BootstrapExpect int
+	Budgets         string
+	RequirePass     string
+	PeerPassword    string
+	ACLFile         string
+	TLSCert         string
+	TLSKey          string
+	TLSCA           string
+	ProtectedMode   bool
+	MaxClients      int
 	// Timeout closes a client connection idle this long (0: never);
 	// AuthTimeout, one that has not authenticated this long after it
 	// connected, when a password is required (0: never).
@@ -182,7 +185,8 @@ var settings = []setting{
 	{name: "data-dir", def: "./sluice-data", usage: "directory for the Raft log and snapshots", bind: str(func(c *Config) *string { return &c.DataDir })},
 	{name: "node-id", def: "", usage: "this node's id in the cluster (default: derived from --raft-addr)", bind: str(func(c *Config) *string { return &c.NodeID })},
 	{name: "bootstrap-peers", def: "", usage: "static cluster: id=raftaddr=respaddr,… identical on every node", bind: str(func(c *Config) *string { return &c.BootstrapPeers })},
-	{name: "join", def: "", usage: "RESP address of any member to join", bind: str(func(c *Config) *string { return &c.Join })},
+	{name: "join", def: "", usage: "RESP address of any member to join (host:port), or dns:NAME[:PORT] to find the members in DNS: NAME's A/AAAA records (or SRV records, for a name starting with '_'), as a Kubernetes headless service publishes them; PORT defaults to this node's RESP port", bind: str(func(c *Config) *string { return &c.Join })},
+	{name: "bootstrap-expect", def: "0", usage: "with --join dns:, how many nodes (this one included) must answer, none in a cluster yet, before the one with the lowest --node-id bootstraps a new cluster (0: 3); set it to the number of nodes first started", bind: num(func(c *Config) *int { return &c.BootstrapExpect })},
 	{name: "budgets", def: "", usage: "JSON file (RL.BUDGET EXPORT shape) seeding an empty budget tree", bind: str(func(c *Config) *string { return &c.Budgets })},
 	{name: "requirepass", def: "", secret: true, usage: "password of the default user (admin role)", bind: str(func(c *Config) *string { return &c.RequirePass })},
 	{name: "peer-password", def: "", secret: true, usage: "cluster secret nodes prove themselves to each other with (as sluice-peer:<node-id>), for forwarded writes, joins and internal commands; also the password of user sluice-peer (admin); default: --requirepass", bind: str(func(c *Config) *string { return &c.PeerPassword })},
@@ -254,7 +258,7 @@ var helpGroups = []struct {
 	names []string
 }{
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
-	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "apply-timeout", "sync-interval"}},
+	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "apply-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
@@ -455,6 +459,9 @@ func (c *Config) WithDefaults() Config {
 			}
 		}
 	}
+	if d.BootstrapExpect == 0 && isDNSJoin(d.Join) {
+		d.BootstrapExpect = defaultBootstrapExpect
+	}
 	if d.NodeID == "" && !strings.HasSuffix(d.RaftAddr, ":0") {
 		d.NodeID = d.RaftAddr
 	}
@@ -521,8 +528,18 @@ func (c *Config) Validate() error {
 			bad("bootstrap-peers", "%v", err)
 		}
 	}
-	if c.Join != "" {
+	switch {
+	case isDNSJoin(c.Join):
+		if _, err := parseDNSJoin(c.Join); err != nil {
+			bad("join", "%v", err)
+		}
+	case c.Join != "":
 		hostPort("join", c.Join, false, false)
+	}
+	if c.BootstrapExpect != 0 && !isDNSJoin(c.Join) {
+		bad("bootstrap-expect", "applies only with --join dns:NAME, got %d", c.BootstrapExpect)
+	} else if c.BootstrapExpect < 0 || c.BootstrapExpect > 64 {
+		bad("bootstrap-expect", "must be between 1 and 64 (0: %d), got %d", defaultBootstrapExpect, c.BootstrapExpect)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("tls-cert", "and --tls-key must be given together")

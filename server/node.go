@@ -60,6 +60,10 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 		Join: cfg.Join, Logger: log.With("component", "raft"),
 		LogLevel: cfg.LogLevel, ApplyTimeout: cfg.ApplyTimeout,
 	}
+	if isDNSJoin(cfg.Join) {
+		o.Join = ""
+		o.Discover, o.BootstrapExpect = dnsDiscovery(cfg, advertise), cfg.WithDefaults().BootstrapExpect
+	}
 	if cfg.BootstrapPeers != "" {
 		peers, _ := ParsePeers(cfg.BootstrapPeers)
 		known := false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,36 @@ func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error 
 		return err
 	}
 	return nil
+}
+
+// Status asks the node at addr for RL.CLUSTER INFO (its node_id) and
+// RL.CLUSTER NODES (empty for a node that has no Raft configuration yet).
+func (r *remote) Status(ctx context.Context, addr string) (raftfsm.PeerStatus, error) {
+	var st raftfsm.PeerStatus
+	raw, err := r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("INFO")})
+	if err == nil {
+		err = replyError(raw)
+	}
+	if err != nil {
+		return st, err
+	}
+	pairs, n, _, err := parseCommand(raw, nil, limits{maxArgs: 64, maxBulk: 4096})
+	if err != nil || n == 0 {
+		return st, fmt.Errorf("unexpected reply to RL.CLUSTER INFO from %s: %q", addr, raw)
+	}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if string(pairs[i]) == "node_id" {
+			st.ID = string(pairs[i+1])
+		}
+	}
+	if raw, err = r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("NODES")}); err == nil {
+		err = replyError(raw)
+	}
+	if err != nil {
+		return st, err
+	}
+	st.InCluster = !strings.HasPrefix(string(raw), "*0\r\n")
+	return st, nil
 }
 
 func (r *remote) Close() {
