@@ -16,6 +16,7 @@ package envoyrls
 import (
 	"context"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,12 +56,13 @@ type Server struct {
 	// MaxKeyLen bounds the keys and paths a descriptor builds (--max-key-len).
 	maxKeyLen int
 	pool      sync.Pool
+	opts      Options
 }
 
 // NewServer returns the Envoy front of svc with the loaded configuration
 // cfg (nil: every domain maps onto the budget tree); m may be nil.
 func NewServer(svc *limiter.Service, cfg *Config, m *Metrics, maxKeyLen int) *Server {
-	s := &Server{svc: svc, metrics: m, maxKeyLen: maxKeyLen}
+	s := &Server{svc: svc, metrics: m, maxKeyLen: maxKeyLen, opts: SluiceOptions()}
 	s.cfg.Store(cfg)
 	s.pool.New = func() any { return new(work) }
 	return s
@@ -106,6 +108,7 @@ type part struct {
 	reset     int64 // ns
 	retry     int64 // ns, -1 never
 	shadowHit bool  // a shadow_mode rule that would have refused
+	over      bool  // PerDescriptor with StopIncrementWhenOverLimit: would go over
 }
 
 // work is the reusable state of one request.
@@ -115,6 +118,8 @@ type work struct {
 	buf   []byte
 	sc    limiter.Scratch
 	cfg   *Config // the configuration this request is decided by
+	now   int64   // the service clock when the request began (ns)
+	flag  []byte  // the key of a PerDescriptor over-limit flag
 }
 
 func (s *Server) domainLabel(domain string, w *work) string {
@@ -134,10 +139,10 @@ func (s *Server) domainLabel(domain string, w *work) string {
 // part of one call, admitted together or not at all.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, s.requestError("rate limit domain must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, s.requestError("rate limit descriptor list must not be empty")
 	}
 	if len(req.Descriptors) > budget.MaxParts {
 		return nil, status.Errorf(codes.InvalidArgument, "a request may carry at most %d descriptors, this one has %d", budget.MaxParts, len(req.Descriptors))
@@ -145,6 +150,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	w := s.pool.Get().(*work)
 	defer s.pool.Put(w)
 	w.cfg = s.cfg.Load()
+	if w.cfg == nil && s.opts.RulesOnly {
+		return nil, errNoConfig
+	}
+	w.now = s.svc.Clock()
 	resp, err := s.decide(req, w)
 	if err != nil {
 		return nil, err
@@ -153,6 +162,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitResponse, error) {
+	if err := s.prepare(req, w); err != nil {
+		return nil, err
+	}
+	if s.opts.PerDescriptor {
+		admitted, err := s.chargeEach(w)
+		if err != nil {
+			return nil, err
+		}
+		return s.respond(req, w, admitted, false, &limiter.Outcome{}), nil
+	}
+	return s.chargeTogether(req, w)
+}
+
+// prepare classifies every descriptor of req and builds its call.
+func (s *Server) prepare(req *rlsv3.RateLimitRequest, w *work) error {
 	domain := req.Domain
 	n := len(req.Descriptors)
 	if cap(w.parts) < n {
@@ -169,7 +193,7 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		p := &w.parts[i]
 		*p = part{}
 		if err := s.classify(domain, d, hits, p, w); err != nil {
-			return nil, err
+			return err
 		}
 		replaced = replaced || p.rule != nil && len(p.rule.Limit.Replaces) > 0
 	}
@@ -198,7 +222,12 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 			}
 		}
 	}
+	return nil
+}
 
+// chargeTogether decides every descriptor that limits as a part of one
+// call, admitted together or not at all (sluice's semantics).
+func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitResponse, error) {
 	denied := false
 	w.group = w.group[:0]
 	for i := range w.parts {
@@ -231,16 +260,14 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		case noLimit, unlimited:
 			continue
 		case refund:
-			o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
-			if err != nil {
-				return nil, grpcError(err)
+			if err := s.refund(p, w); err != nil {
+				return nil, err
 			}
-			p.describe(&o)
 			continue
 		}
 		if p.deny {
 			p.code, p.remaining, p.limit, p.retry = rlsv3.RateLimitResponse_OVER_LIMIT, 0, 0, -1
-			p.reset = p.windowLeft(s.svc.Clock())
+			p.reset = p.windowLeft(w.now)
 			if p.kind == shadow {
 				p.code, p.shadowHit = rlsv3.RateLimitResponse_OK, true
 			}
@@ -281,6 +308,16 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		}
 	}
 	return s.respond(req, w, admitted, denied, &out), nil
+}
+
+// refund gives back the tokens of an is_negative_hits descriptor.
+func (s *Server) refund(p *part, w *work) error {
+	o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
+	if err != nil {
+		return grpcError(err)
+	}
+	p.describe(&o)
+	return nil
 }
 
 func containsName(names []string, n string) bool {
@@ -324,13 +361,24 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 	p.call = budget.Call{Cost: hits, HasCost: true}
 	entries := d.GetEntries()
 	if len(entries) == 0 {
+		if s.opts.RulesOnly {
+			return nil // as the peer: no rule matches no entries
+		}
 		return status.Error(codes.InvalidArgument, "a descriptor must have at least one entry")
+	}
+	if !w.cfg.HasDomain(domain) {
+		// A limit override counts only in a domain with rules, as in
+		// envoyproxy/ratelimit.
+		if s.opts.RulesOnly {
+			return nil
+		}
+		return s.budgetPath(domain, d, p, w)
 	}
 	if lo := d.GetLimit(); lo != nil {
 		// An override: an inline fixed window on the descriptor's key.
 		window := UnitWindow(Unit(lo.GetUnit()))
 		if window == 0 {
-			return status.Errorf(codes.InvalidArgument, "limit override: unit must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
+			return s.requestError("limit override: unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR")
 		}
 		p.rpu, p.unit, p.window = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window
 		p.metric = domain + ".override"
@@ -346,41 +394,45 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 		}
 		return s.inlineKey(domain, entries, nil, p, w)
 	}
-	if w.cfg.HasDomain(domain) {
-		r := w.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
-		if r == nil {
-			return nil
-		}
-		p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
-		if r.DetailedMetric {
-			// Opted in: one label per value seen (envoyproxy/ratelimit's
-			// detailed_metric), at the cost of a string per descriptor.
-			m := domain
-			for _, e := range entries {
-				m += "." + e.GetKey() + "_" + e.GetValue()
-			}
-			p.metric = m
-		}
-		if r.Limit.Unlimited {
-			p.kind = unlimited
-			return nil
-		}
-		p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
-		p.kind = limited
-		if r.ShadowMode {
-			p.kind = shadow
-		}
-		if p.rpu == 0 {
-			p.deny = true
-		} else {
-			p.call.Rate = &r.Limit.lim
-		}
-		if d.GetIsNegativeHits() && !p.deny {
-			p.kind = refund
-		}
-		return s.inlineKey(domain, entries, r, p, w)
+	return s.ruleLimit(domain, d, p, w)
+}
+
+// ruleLimit limits descriptor d of a domain with rules by the rule it
+// matches, if any.
+func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
+	entries := d.GetEntries()
+	r := w.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
+	if r == nil {
+		return nil
 	}
-	return s.budgetPath(domain, d, p, w)
+	p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
+	if r.DetailedMetric {
+		// Opted in: one label per value seen (envoyproxy/ratelimit's
+		// detailed_metric), at the cost of a string per descriptor.
+		m := domain
+		for _, e := range entries {
+			m += "." + e.GetKey() + "_" + e.GetValue()
+		}
+		p.metric = m
+	}
+	if r.Limit.Unlimited {
+		p.kind = unlimited
+		return nil
+	}
+	p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
+	p.kind = limited
+	if r.ShadowMode {
+		p.kind = shadow
+	}
+	if p.rpu == 0 {
+		p.deny = true
+	} else {
+		p.call.Rate = &r.Limit.lim
+	}
+	if d.GetIsNegativeHits() && !p.deny {
+		p.kind = refund
+	}
+	return s.inlineKey(domain, entries, r, p, w)
 }
 
 // inlineKey builds the counter key of a descriptor limited inline:
@@ -499,85 +551,133 @@ func appendSegment(b []byte, s string) []byte {
 }
 
 // respond builds the response: the overall code, one status per
-// descriptor, and the headers of the descriptor that refused or, if none
-// did, of the one with the fewest tokens left.
+// descriptor, and the headers Options ask for.
 func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
 	// The messages of a response are allocated in two blocks: they go to
 	// the transport and cannot be reused.
 	blk := new(respBlock)
 	resp := &blk.resp
-	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	if !admitted {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	resp.OverallCode = codeOK
+	if !admitted && !s.opts.GlobalShadowMode {
+		resp.OverallCode = codeOver
 	}
 	sts := make([]statusBlock, len(w.parts))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
+	for i := range w.parts {
+		resp.Statuses[i] = s.status(req.Domain, w, &w.parts[i], &sts[i])
+	}
+	if s.opts.IETFHeaders {
+		s.ietfHeaders(blk, w, admitted, denied, out)
+	}
+	if s.opts.LimitHeaders != nil {
+		s.limitHeaders(blk, w)
+	}
+	s.countRequest(w, req.Domain, admitted)
+	return resp
+}
+
+// status fills the status of descriptor p in sb and counts it.
+func (s *Server) status(domain string, w *work, p *part, sb *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &sb.st
+	st.Code = codeOK
+	switch p.kind {
+	case noLimit:
+		s.count(w, domain, "", "no_limit")
+		return st
+	case unlimited:
+		st.LimitRemaining = math.MaxUint32
+		s.count(w, domain, p.metric, "unlimited")
+		return st
+	}
+	st.Code = p.code
+	sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
+	st.CurrentLimit = &sb.lim
+	st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
+	reset := p.reset
+	if s.opts.WholeSecondReset && p.window >= time.Second {
+		reset = wholeSeconds(p.window, w.now)
+	}
+	sb.reset.Seconds, sb.reset.Nanos = reset/1e9, int32(reset%1e9)
+	st.DurationUntilReset = &sb.reset
+	result := "ok"
+	switch {
+	case p.shadowHit:
+		result = "shadow_over_limit"
+	case p.code == codeOver:
+		result = "over_limit"
+	}
+	s.count(w, domain, p.metric, result)
+	return st
+}
+
+// ietfHeaders adds sluice's headers (SPEC §10) of the descriptor that
+// refused or, if none did, of the one with the fewest tokens left.
+func (s *Server) ietfHeaders(blk *respBlock, w *work, admitted, denied bool, out *limiter.Outcome) {
 	pick := -1
 	for i := range w.parts {
 		p := &w.parts[i]
-		sb := &sts[i]
-		st := &sb.st
-		st.Code = rlsv3.RateLimitResponse_OK
-		resp.Statuses[i] = st
-		switch p.kind {
-		case noLimit:
-			s.count(w, req.Domain, "", "no_limit")
-			continue
-		case unlimited:
-			st.LimitRemaining = math.MaxUint32
-			s.count(w, req.Domain, p.metric, "unlimited")
-			continue
-		}
-		st.Code = p.code
-		sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
-		st.CurrentLimit = &sb.lim
-		st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
-		sb.reset.Seconds, sb.reset.Nanos = p.reset/1e9, int32(p.reset%1e9)
-		st.DurationUntilReset = &sb.reset
-		result := "ok"
-		switch {
-		case p.shadowHit:
-			result = "shadow_over_limit"
-		case p.code == rlsv3.RateLimitResponse_OVER_LIMIT:
-			result = "over_limit"
-		}
-		s.count(w, req.Domain, p.metric, result)
-		if p.kind == shadow || p.kind == refund || p.limit < 0 {
+		if p.kind == noLimit || p.kind == unlimited || p.kind == shadow || p.kind == refund || p.limit < 0 {
 			continue
 		}
 		switch {
 		case pick < 0:
 			pick = i
-		case w.parts[pick].code != rlsv3.RateLimitResponse_OVER_LIMIT &&
-			(p.code == rlsv3.RateLimitResponse_OVER_LIMIT || p.remaining < w.parts[pick].remaining):
+		case w.parts[pick].code != codeOver && (p.code == codeOver || p.remaining < w.parts[pick].remaining):
 			pick = i
 		}
 	}
-	if pick >= 0 {
-		p := &w.parts[pick]
-		retry := time.Duration(p.retry)
-		if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
-			// The call's own answer: how long until every part admits.
-			retry = time.Duration(out.Result.RetryAfter)
-		}
-		if denied {
-			retry = -1 // a requests_per_unit 0 never admits
-		}
-		resp.ResponseHeadersToAdd = blk.hp[:0]
-		add := func(name, value string) {
-			h := &blk.hv[len(resp.ResponseHeadersToAdd)]
-			h.Key, h.Value = name, value
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
-		}
-		ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, add)
-		if !admitted {
-			if v, ok := ratehdr.RetryAfter(retry); ok {
-				add("Retry-After", v)
-			}
+	if pick < 0 {
+		return
+	}
+	p := &w.parts[pick]
+	retry := time.Duration(p.retry)
+	if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
+		// The call's own answer: how long until every part admits.
+		retry = time.Duration(out.Result.RetryAfter)
+	}
+	if denied {
+		retry = -1 // a requests_per_unit 0 never admits
+	}
+	ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, blk.add)
+	if !admitted {
+		if v, ok := ratehdr.RetryAfter(retry); ok {
+			blk.add("Retry-After", v)
 		}
 	}
-	s.countRequest(w, req.Domain, admitted)
-	return resp
+}
+
+// limitHeaders adds envoyproxy/ratelimit's three headers of the last
+// descriptor over its limit or, if none is, of the limited one with the
+// fewest requests left (the first of equals); the reset in whole seconds.
+func (s *Server) limitHeaders(blk *respBlock, w *work) {
+	pick, least := -1, uint32(math.MaxUint32)
+	for i, st := range blk.resp.Statuses {
+		switch {
+		case st.CurrentLimit == nil:
+		case st.Code == codeOver:
+			pick, least = i, 0
+		case st.LimitRemaining < least:
+			pick, least = i, st.LimitRemaining
+		}
+	}
+	if pick < 0 {
+		return
+	}
+	st, h := blk.resp.Statuses[pick], s.opts.LimitHeaders
+	blk.add(h.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+	blk.add(h.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10))
+	blk.add(h.Reset, strconv.FormatInt(wholeSeconds(UnitWindow(st.CurrentLimit.Unit), w.now)/1e9, 10))
+}
+
+// add appends a response header from the block's room.
+func (blk *respBlock) add(name, value string) {
+	resp := &blk.resp
+	if resp.ResponseHeadersToAdd == nil {
+		resp.ResponseHeadersToAdd = blk.hp[:0]
+	}
+	h := &blk.hv[len(resp.ResponseHeadersToAdd)]
+	h.Key, h.Value = name, value
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
 }
 
 // respBlock holds a response and its headers (at most six: ratehdr's
