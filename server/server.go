@@ -40,6 +40,7 @@ import (
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
 )
 
@@ -58,6 +59,8 @@ type Server struct {
 	httpLn   net.Listener
 	grpc     *grpc.Server
 	grpcLn   net.Listener
+	rls      *envoyrls.Server  // the Envoy front, when --grpc-addr is set
+	rlsStats *envoyrls.Metrics // its metrics
 	draining atomic.Bool
 	// buffers is the bytes of every connection's read buffer and queued
 	// transaction together, bounded by --max-client-buffers.

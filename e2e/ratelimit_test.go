@@ -1,0 +1,229 @@
+package e2e
+
+// The drop-in (SPEC §11): the binary run as `ratelimit` with
+// envoyproxy/ratelimit's environment and files answers as the peer does.
+// Each expectation names the test of the peer's it comes from.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// peerRuntime is the peer's integration test runtime, as its tests set
+// RUNTIME_ROOT and RUNTIME_SUBDIRECTORY (defaultSettings in
+// test/integration/integration_test.go).
+func peerRuntime(t *testing.T) []string {
+	t.Helper()
+	root, err := filepath.Abs("testdata/ratelimit/runtime/current")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config"}
+}
+
+// startRatelimit runs the binary as `sluice ratelimit` (via, if given, is
+// the launcher) with the peer's variables env, its ports on loopback
+// chosen by the OS.
+func startRatelimit(t *testing.T, via []string, env ...string) (*proc, *rls) {
+	t.Helper()
+	base := []string{"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1",
+		"DEBUG_PORT=0", "LOG_LEVEL=info"}
+	args := []string{"--resp-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}
+	if via == nil {
+		args = append([]string{"ratelimit"}, args...)
+	}
+	p := startWith(t, via, append(base, env...), args...)
+	if p.GRPC == "" {
+		t.Fatal("no gRPC address logged")
+	}
+	return p, dialRLS(t, p.GRPC)
+}
+
+// peerStatus renders a response as the peer's tests compare it: the
+// overall code, then each status's code, limit, unit and remaining.
+func peerStatus(resp *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	b.WriteString(resp.OverallCode.String())
+	for _, st := range resp.Statuses {
+		b.WriteString(" | " + st.Code.String())
+		if l := st.CurrentLimit; l != nil {
+			b.WriteString(" " + itoa(int64(l.RequestsPerUnit)) + "/" + l.Unit.String() + " left " + itoa(int64(st.LimitRemaining)))
+		}
+	}
+	return b.String()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// wholeSeconds checks that every status's duration_until_reset is whole
+// seconds, unit − now % unit at a moment between before and after.
+func wholeSeconds(t *testing.T, resp *rlsv3.RateLimitResponse, before, after time.Time) {
+	t.Helper()
+	for i, st := range resp.Statuses {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		unit := int64(map[rlsv3.RateLimitResponse_RateLimit_Unit]int64{rlsv3.RateLimitResponse_RateLimit_SECOND: 1,
+			rlsv3.RateLimitResponse_RateLimit_MINUTE: 60, rlsv3.RateLimitResponse_RateLimit_HOUR: 3600,
+			rlsv3.RateLimitResponse_RateLimit_DAY: 86400}[st.CurrentLimit.Unit])
+		d := st.DurationUntilReset
+		lo, hi := unit-after.Unix()%unit, unit-before.Unix()%unit
+		if d.GetNanos() != 0 || (d.GetSeconds() != lo && d.GetSeconds() != hi) {
+			t.Fatalf("status %d: duration_until_reset %v, want whole seconds %d or %d (src/utils CalculateReset)", i, d, lo, hi)
+		}
+	}
+}
+
+// awayFromMinuteEndAt is awayFromMinuteEnd on the servers' clock now.
+func awayFromMinuteEndAt(now func() time.Time, need time.Duration) {
+	for {
+		left := time.Minute - time.Duration(now().UnixNano()%int64(time.Minute))
+		if left > need {
+			return
+		}
+		time.Sleep(left + 10*time.Millisecond)
+	}
+}
+
+// TestRatelimitIntegrationBasic re-writes testBasicBaseConfig of the
+// peer's test/integration/integration_test.go (TestBasicConfig, and its
+// makeSimpleRedisSettingsWithStopCacheKeyIncrementWhenOverlimit variant)
+// against the binary run as `ratelimit` with the peer's runtime files.
+func TestRatelimitIntegrationBasic(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run("stop="+map[bool]string{false: "false", true: "true"}[stop], func(t *testing.T) {
+			clock, now := testClockAt(time.Date(2027, 1, 5, 10, 20, 1, 0, time.UTC))
+			env := append(peerRuntime(t), clock, "REDIS_URL=localhost:6379")
+			if stop {
+				env = append(env, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
+			}
+			p, c := startRatelimit(t, nil, env...)
+			if !strings.Contains(p.Log(), "backend settings ignored") || !strings.Contains(p.Log(), "REDIS_URL") {
+				t.Fatalf("REDIS_URL not reported as ignored:\n%s", p.Log())
+			}
+			awayFromMinuteEndAt(now, 40*time.Second)
+			peerBasicSequence(t, c, now, stop)
+		})
+	}
+}
+
+func peerBasicSequence(t *testing.T, c *rls, now func() time.Time, stop bool) {
+	t.Helper()
+	expect := func(domain, want string, ds ...*rlcommon.RateLimitDescriptor) {
+		t.Helper()
+		before := now()
+		resp := c.must(domain, ds...)
+		if got := peerStatus(resp); got != want {
+			t.Fatalf("%s %v: %s\nwant %s", domain, ds, got, want)
+		}
+		wholeSeconds(t, resp, before, now())
+	}
+	expect("foo", "OK | OK", desc("hello", "world"))
+	expect("basic", "OK | OK 50/SECOND left 49", desc("key1", "foo"))
+	// "go over limit for a minute limit": 25 calls against 20 per minute.
+	for i := 0; i < 25; i++ {
+		want := "OK | OK 20/MINUTE left " + itoa(int64(20-(i+1)))
+		if i >= 20 {
+			want = "OVER_LIMIT | OVER_LIMIT 20/MINUTE left 0"
+		}
+		expect("another", want, desc("key2", "r1"))
+	}
+	// "Limit now against 2 keys in the same domain": key3 (10 per hour)
+	// goes over; key2 is still charged unless the stop setting is on.
+	for i := 0; i < 15; i++ {
+		left1, code, left2 := int64(20-(i+1)), "OK", int64(10-(i+1))
+		if i >= 10 {
+			code, left2 = "OVER_LIMIT", 0
+			if stop {
+				left1 = 10
+			}
+		}
+		want := code + " | OK 20/MINUTE left " + itoa(left1) + " | " + code + " 10/HOUR left " + itoa(left2)
+		expect("another", want, desc("key2", "r2"), desc("key3", "r2"))
+	}
+}
+
+// TestRatelimitAsArgv0 runs the binary under the name ratelimit (the
+// image's /bin/ratelimit link) with no subcommand, with the peer's header
+// settings (test/service/ratelimit_test.go
+// TestServiceWithCustomRatelimitHeaders: the three headers of the
+// descriptor over its limit).
+func TestRatelimitAsArgv0(t *testing.T) {
+	bash := requireTool(t, "bash")
+	env := append(peerRuntime(t), "LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=A-Ratelimit-Limit",
+		"LIMIT_REMAINING_HEADER=A-Ratelimit-Remaining", "LIMIT_RESET_HEADER=A-Ratelimit-Reset")
+	_, c := startRatelimit(t, []string{bash, "-c", `exec -a ratelimit "$0" "$@"`}, env...)
+	resp := c.must("basic", desc("one_per_minute", "x"), desc("hello", "world"))
+	if got := strings.Join(headers(resp), " "); !strings.HasPrefix(got, "A-Ratelimit-Limit: 1 A-Ratelimit-Remaining: 0 A-Ratelimit-Reset: ") {
+		t.Fatalf("headers %q", got)
+	}
+	resp = c.must("basic", desc("one_per_minute", "x"), desc("hello", "world"))
+	if got := peerStatus(resp); got != "OVER_LIMIT | OVER_LIMIT 1/MINUTE left 0 | OK" {
+		t.Fatalf("second call: %s", got)
+	}
+	if got := strings.Join(headers(resp), " "); !strings.HasPrefix(got, "A-Ratelimit-Limit: 1 A-Ratelimit-Remaining: 0 A-Ratelimit-Reset: ") {
+		t.Fatalf("headers when over: %q", got)
+	}
+}
+
+// TestRatelimitRejectedRules: rules the peer rejects at start leave the
+// node up, answering as the peer without configuration
+// (test/service/ratelimit_test.go TestInitialLoadError: "no rate limit
+// configuration loaded"); mended files are put in force.
+func TestRatelimitRejectedRules(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1.5}\n"
+	if err := writeFile(filepath.Join(dir, "d.yaml"), bad); err != nil {
+		t.Fatal(err)
+	}
+	p, c := startRatelimit(t, nil, "RUNTIME_ROOT="+root)
+	_, err := c.call(&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "v")}})
+	if status.Code(err) != codes.Unknown || status.Convert(err).Message() != "no rate limit configuration loaded" {
+		t.Fatalf("with rejected rules: %v", err)
+	}
+	if !strings.Contains(p.Log(), "requests_per_unit must be an integer") {
+		t.Fatalf("the reason is not logged:\n%s", p.Log())
+	}
+	good := strings.Replace(bad, "1.5", "1", 1)
+	if err := writeFile(filepath.Join(dir, "d.yaml"), good); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, c, "d", "OK | OK 1/MINUTE left 0", desc("k", "v"))
+}
+
+// waitAnswer asks until the answer is want (rules put in force by a
+// reload), failing after a deadline.
+func waitAnswer(t *testing.T, c *rls, domain, want string, ds ...*rlcommon.RateLimitDescriptor) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		cancel()
+		got := ""
+		if err == nil {
+			got = peerStatus(resp)
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer %q within 10s: last %q, %v", want, got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
