@@ -6,8 +6,11 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +18,12 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // peerRuntime is the peer's integration test runtime, as its tests set
@@ -225,5 +232,109 @@ func waitAnswer(t *testing.T, c *rls, domain, want string, ds ...*rlcommon.RateL
 			t.Fatalf("no answer %q within 10s: last %q, %v", want, got, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var debugListening = regexp.MustCompile(`msg="ratelimit debug listening" addr=(\S+)`)
+
+// TestRatelimitHTTPEndpoints: the peer's POST /json (its
+// test/server/server_impl_test.go TestJsonHandler: 400 "Bad Request" for
+// what does not parse or is refused, 200 or 429 with the response in
+// protobuf JSON), /healthcheck ("OK") and the debug port's /rlconfig.
+func TestRatelimitHTTPEndpoints(t *testing.T) {
+	p, _ := startRatelimit(t, nil, peerRuntime(t)...)
+	post := func(body string) (int, string, string) {
+		t.Helper()
+		resp, err := http.Post("http://"+p.HTTP+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	}
+	for _, bad := range []string{"", "}", `{"domain": "foo"}`} {
+		if code, ct, body := post(bad); code != 400 || ct != "text/plain; charset=utf-8" || body != "Bad Request\n" {
+			t.Fatalf("POST /json %q: %d %q %q", bad, code, ct, body)
+		}
+	}
+	req := `{"domain": "basic", "descriptors": [{"entries": [{"key": "one_per_minute", "value": "json"}]}]}`
+	for i, want := range []struct {
+		code    int
+		overall string
+	}{{200, "OK"}, {429, "OVER_LIMIT"}} {
+		code, ct, body := post(req)
+		var resp rlsv3.RateLimitResponse
+		if err := protojson.Unmarshal([]byte(body), &resp); err != nil || code != want.code || ct != "application/json" ||
+			resp.OverallCode.String() != want.overall || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Fatalf("call %d: %d %s %s (%v)", i, code, ct, body, err)
+		}
+	}
+	if code, body := httpGet(t, "http://"+p.HTTP+"/healthcheck"); code != 200 || body != "OK" {
+		t.Fatalf("/healthcheck: %d %q", code, body)
+	}
+	m := debugListening.FindStringSubmatch(p.Log())
+	if m == nil {
+		t.Fatalf("no debug listener logged:\n%s", p.Log())
+	}
+	code, body := httpGet(t, "http://"+m[1]+"/rlconfig")
+	if want := "basic.one_per_minute: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"; code != 200 || !strings.Contains(body, want) ||
+		!strings.Contains(body, "another.key4: unit=DAY requests_per_unit=20") {
+		t.Fatalf("/rlconfig: %d\n%s", code, body)
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRatelimitReflection: `grpcurl -plaintext host:port list` works, with
+// no files: the reflection service lists the rate limit service and
+// describes it (what grpcurl's list and describe ask).
+func TestRatelimitReflection(t *testing.T) {
+	p, _ := startRatelimit(t, nil, peerRuntime(t)...)
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := reflectpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(req *reflectpb.ServerReflectionRequest) *reflectpb.ServerReflectionResponse {
+		t.Helper()
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var names []string
+	for _, s := range ask(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_ListServices{}}).GetListServicesResponse().GetService() {
+		names = append(names, s.Name)
+	}
+	got := strings.Join(names, " ")
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("services %q lack %s", got, want)
+		}
+	}
+	fd := ask(&reflectpb.ServerReflectionRequest{MessageRequest: &reflectpb.ServerReflectionRequest_FileContainingSymbol{
+		FileContainingSymbol: "envoy.service.ratelimit.v3.RateLimitService"}}).GetFileDescriptorResponse()
+	if fd == nil || len(fd.FileDescriptorProto) == 0 {
+		t.Fatal("no file descriptor for the rate limit service")
 	}
 }

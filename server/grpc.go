@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/commands"
@@ -22,7 +23,7 @@ import (
 )
 
 // listenGRPC binds --grpc-addr and builds the gRPC server: Envoy's rate
-// limit service and gRPC health, with the RESP listener's TLS, protected
+// limit service, gRPC health and server reflection, with the RESP listener's TLS, protected
 // mode and credentials.
 func (s *Server) listenGRPC() error {
 	if s.cfg.GRPCAddr == "" {
@@ -57,6 +58,9 @@ func (s *Server) listenGRPC() error {
 		s.reload.rls, s.reload.envoySum = rls, sum
 	}
 	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: s.rlsReady})
+	// Server reflection, so that grpcurl and other tools list and call the
+	// services with no .proto files (it reveals only their descriptions).
+	reflection.Register(g)
 	s.grpc, s.grpcLn = g, ln
 	return nil
 }
