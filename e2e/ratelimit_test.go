@@ -338,3 +338,90 @@ func TestRatelimitReflection(t *testing.T) {
 		t.Fatal("no file descriptor for the rate limit service")
 	}
 }
+
+// configMap lays out a Kubernetes ConfigMap volume in dir: the files in a
+// timestamped directory, ..data a link to it, and each file a link
+// through ..data; swap replaces them as the kubelet does (the new
+// directory, then ..data renamed over in one step, then the old removed).
+type configMap struct {
+	t       *testing.T
+	dir     string
+	version int
+	current string
+}
+
+func (c *configMap) swap(files map[string]string) {
+	c.t.Helper()
+	c.version++
+	ts := filepath.Join(c.dir, "..2027_01_05_10_00_0"+strconv.Itoa(c.version))
+	if err := os.MkdirAll(ts, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := writeFile(filepath.Join(ts, name), body); err != nil {
+			c.t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(c.dir, name)); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(c.dir, name)); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(c.dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(c.dir, "..data")); err != nil {
+		c.t.Fatal(err)
+	}
+	if c.current != "" {
+		os.RemoveAll(c.current)
+	}
+	c.current = ts
+}
+
+// TestRatelimitConfigMapSwap: rules mounted from a ConfigMap follow its
+// updates (the ..data link swapped) within 2 s; an update that does not
+// load keeps the rules in force, is logged and sets the metric.
+func TestRatelimitConfigMapSwap(t *testing.T) {
+	root := t.TempDir()
+	cm := &configMap{t: t, dir: filepath.Join(root, "config")}
+	if err := os.MkdirAll(cm.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rules := func(n int) string {
+		return "domain: cm\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n"
+	}
+	cm.swap(map[string]string{"rules.yaml": rules(5)})
+	p, c := startRatelimit(t, nil, "RUNTIME_ROOT="+root, "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false")
+	if got := peerStatus(c.must("cm", desc("k", "a"))); got != "OK | OK 5/HOUR left 4" {
+		t.Fatalf("before the swap: %s", got)
+	}
+	cm.swap(map[string]string{"rules.yaml": rules(7)})
+	holdsWithin(t, 2*time.Second, "the swapped rules in force", func() bool {
+		return strings.Contains(peerStatus(c.must("cm", desc("k", "probe"))), " 7/HOUR ")
+	})
+	cm.swap(map[string]string{"rules.yaml": rules(7) + "    unknown_key: 1\n"})
+	holdsWithin(t, 10*time.Second, "the broken update counted", func() bool {
+		m := metricsText(t, p.HTTP)
+		return strings.Contains(m, "sluice_envoy_config_last_load_ok 0") && strings.Contains(m, `sluice_envoy_config_loads_total{result="error"} 1`)
+	})
+	if got := peerStatus(c.must("cm", desc("k", "b"))); got != "OK | OK 7/HOUR left 6" {
+		t.Fatalf("after a broken update: %s, want the rules in force", got)
+	}
+	if !strings.Contains(p.Log(), "envoy configuration not reloaded: the rules in force stay") || !strings.Contains(p.Log(), "unknown key 'unknown_key'") {
+		t.Fatalf("the broken update is not logged with its reason:\n%s", p.Log())
+	}
+}
+
+// holdsWithin polls cond until it holds, failing after d.
+func holdsWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
