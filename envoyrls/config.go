@@ -77,6 +77,9 @@ type Rule struct {
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
+	// QuotaMode (quota_mode, read with LoadOptions.QuotaMode): the rule's
+	// refusal fails the request only if every quota rule of it refuses.
+	QuotaMode bool
 	// File and Line say where the rule is written.
 	File string
 	Line int
@@ -125,6 +128,10 @@ type LoadOptions struct {
 	// MergeDomains adds the rules of a domain written in several files
 	// together (MERGE_DOMAIN_CONFIG); otherwise a second one is an error.
 	MergeDomains bool
+	// QuotaMode accepts quota_mode: true (envoyproxy/ratelimit's quota
+	// rules, answered with Options.PerDescriptor); otherwise it is refused,
+	// as it means nothing when descriptors are admitted all together.
+	QuotaMode bool
 }
 
 // Warnings returns one line for each thing of the files that was ignored,
@@ -363,7 +370,12 @@ func FingerprintWith(path string, o LoadOptions) (string, error) {
 // ParseConfig reads configuration from YAML documents in memory; name is
 // the file name its errors give.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	c := &Config{domains: map[string]*domainRules{}}
+	return ParseConfigWith(name, data, LoadOptions{})
+}
+
+// ParseConfigWith is ParseConfig with the choices of o.
+func ParseConfigWith(name string, data []byte, o LoadOptions) (*Config, error) {
+	c := &Config{domains: map[string]*domainRules{}, opts: o}
 	if err := c.add(name, data); err != nil {
 		return nil, err
 	}
@@ -566,8 +578,10 @@ func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
 	}
 	if q, err := boolean(file, f["quota_mode"], "quota_mode"); err != nil {
 		return nil, err
-	} else if q {
+	} else if q && !c.opts.QuotaMode {
 		return nil, &configError{file, f["quota_mode"].Line, "quota_mode is not supported: sluice admits every descriptor of a request together or not at all; use a calendar quota on a budget node instead"}
+	} else {
+		r.QuotaMode = q
 	}
 	if rl := f["rate_limit"]; rl != nil && rl.Tag != "!!null" {
 		if r.Limit, err = c.parseLimit(file, rl); err != nil {

@@ -77,8 +77,8 @@ func (set ruleSet) dump(lines []string) []string {
 		}
 		for _, r := range rules {
 			if l := r.Limit; l != nil {
-				lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: false\n",
-					r.metric, l.Unit, l.RequestsPerUnit, r.ShadowMode))
+				lines = append(lines, fmt.Sprintf("%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t\n",
+					r.metric, l.Unit, l.RequestsPerUnit, r.ShadowMode, r.QuotaMode))
 			}
 			lines = r.children.dump(lines)
 		}

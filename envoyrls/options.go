@@ -38,6 +38,11 @@ type Options struct {
 	// GlobalShadowMode (SHADOW_MODE) answers OK overall where the request
 	// is over a limit; the descriptors' statuses still say OVER_LIMIT.
 	GlobalShadowMode bool
+	// GlobalQuotaMode (QUOTA_MODE), with PerDescriptor, makes every
+	// descriptor a quota one, as quota_mode: true makes a rule's: a quota
+	// descriptor over its limit fails the request only when every quota
+	// descriptor of it is over.
+	GlobalQuotaMode bool
 	// RulesOnly limits only by loaded rules, as the peer: a domain without
 	// rules is not limited (no budget tree), a descriptor with no entries
 	// is not limited, request errors are the peer's (gRPC code Unknown),

@@ -14,8 +14,9 @@ import (
 	"github.com/sluice-rl/sluice/limiter"
 )
 
-// chargeEach decides each descriptor on its own and reports whether none
-// that refuses did (shadow_mode descriptors never refuse).
+// chargeEach decides each descriptor on its own and reports whether the
+// request is admitted: no descriptor refused but quota ones, and not
+// every quota one (shadow_mode descriptors never refuse).
 func (s *Server) chargeEach(w *work) (bool, error) {
 	hold := false
 	if s.opts.StopIncrementWhenOverLimit {
@@ -24,9 +25,13 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 			return false, err
 		}
 	}
-	admitted := true
+	refused, quotas, quotasOver := false, 0, 0
 	for i := range w.parts {
 		p := &w.parts[i]
+		p.quota = p.kind != unlimited && (s.opts.GlobalQuotaMode || p.rule != nil && p.rule.QuotaMode)
+		if p.quota {
+			quotas++
+		}
 		switch p.kind {
 		case refund:
 			if err := s.refund(p, w); err != nil {
@@ -46,11 +51,13 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 		case p.code != codeOver:
 		case p.kind == shadow:
 			p.code, p.shadowHit = codeOK, true
+		case p.quota:
+			quotasOver++
 		default:
-			admitted = false
+			refused = true
 		}
 	}
-	return admitted, nil
+	return !refused && (quotas == 0 || quotasOver < quotas), nil
 }
 
 // chargeOne charges descriptor p its hits (only reads it with peekOnly)

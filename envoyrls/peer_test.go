@@ -252,3 +252,44 @@ func TestPeerRequestsWithoutLimits(t *testing.T) {
 }
 
 const typeSecond = 1 // envoy.type.v3.RateLimitUnit SECOND
+
+const quotaYAML = `
+domain: domain
+descriptors:
+  - {key: q1, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: q2, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 1}}
+`
+
+// From test/service/ratelimit_test.go TestServicePerDescriptorQuotaMode,
+// TestServiceQuotaModeOnlySomeOverTheLimit,
+// TestServiceQuotaModeOnlyAllOverTheLimit, TestServiceMixedPerDescriptorModes
+// and TestServiceGlobalQuotaMode: a quota descriptor over its limit fails
+// the request only when every quota descriptor of it is over.
+func TestPeerQuotaMode(t *testing.T) {
+	now := t0
+	if _, err := ParseConfig("q.yaml", []byte(quotaYAML)); err == nil {
+		t.Fatal("quota_mode accepted under sluice's own semantics")
+	}
+	cfg, err := ParseConfigWith("q.yaml", []byte(quotaYAML), LoadOptions{QuotaMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, "domain: domain\n", &now)
+	s.SetConfig(cfg)
+	s.SetOptions(PeerOptions())
+	runPeer(t, s, []peerStep{
+		{ds(desc("q1", "a"), desc("plain", "a")), "OK: OK 0, OK 0"},
+		{ds(desc("q1", "a"), desc("q2", "a")), "OK: OVER_LIMIT 0, OK 0"},                 // some quota over
+		{ds(desc("q1", "a"), desc("q2", "a")), "OVER_LIMIT: OVER_LIMIT 0, OVER_LIMIT 0"}, // all over
+		{ds(desc("q1", "a"), desc("plain", "b")), "OVER_LIMIT: OVER_LIMIT 0, OK 0"},      // the only quota one is over
+		{ds(desc("q1", "b"), desc("plain", "a")), "OVER_LIMIT: OK 0, OVER_LIMIT 0"},      // a plain one over
+	})
+	o := PeerOptions()
+	o.GlobalQuotaMode = true
+	s.SetOptions(o)
+	runPeer(t, s, []peerStep{
+		{ds(desc("plain", "a"), desc("plain", "c")), "OK: OVER_LIMIT 0, OK 0"},
+		{ds(desc("plain", "a"), desc("plain", "c")), "OVER_LIMIT: OVER_LIMIT 0, OVER_LIMIT 0"},
+	})
+}

@@ -109,6 +109,7 @@ type part struct {
 	retry     int64 // ns, -1 never
 	shadowHit bool  // a shadow_mode rule that would have refused
 	over      bool  // PerDescriptor with StopIncrementWhenOverLimit: would go over
+	quota     bool  // PerDescriptor: a quota descriptor (quota_mode, QUOTA_MODE)
 }
 
 // work is the reusable state of one request.
@@ -654,7 +655,7 @@ func (s *Server) limitHeaders(blk *respBlock, w *work) {
 	for i, st := range blk.resp.Statuses {
 		switch {
 		case st.CurrentLimit == nil:
-		case st.Code == codeOver:
+		case st.Code == codeOver && !w.parts[i].quota:
 			pick, least = i, 0
 		case st.LimitRemaining < least:
 			pick, least = i, st.LimitRemaining

@@ -102,7 +102,7 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 		m.PrometheusAddr, m.PrometheusPath = e.str("PROMETHEUS_ADDR", ":9090"), e.str("PROMETHEUS_PATH", "/metrics")
 	}
 	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: e.flag("RUNTIME_IGNOREDOTFILES", false),
-		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false)}
+		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false), QuotaMode: true}
 	e.flag("RUNTIME_WATCH_ROOT", true) // either way the files are polled (docs/envoy.md)
 	m.HealthyWithAtLeastOneConfig = e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
 	m.Answers = peerAnswers(e)
@@ -127,6 +127,7 @@ func peerAnswers(e *peerEnv) envoyrls.Options {
 	o := envoyrls.PeerOptions()
 	o.StopIncrementWhenOverLimit = e.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	o.GlobalShadowMode = e.flag("SHADOW_MODE", false)
+	o.GlobalQuotaMode = e.flag("QUOTA_MODE", false)
 	if e.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		d := envoyrls.PeerHeaderNames
 		o.LimitHeaders = &envoyrls.HeaderNames{Limit: e.str("LIMIT_LIMIT_HEADER", d.Limit),
@@ -158,7 +159,7 @@ func peerIgnored(getenv func(string) string) []string {
 // honoured here, so that nobody relies on them unknowingly.
 func peerUnsupported(e *peerEnv) []string {
 	var out []string
-	for _, v := range []string{"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "GRPC_SERVER_USE_TLS"} {
+	for _, v := range []string{"RESPONSE_DYNAMIC_METADATA", "GRPC_SERVER_USE_TLS"} {
 		if e.flag(v, false) {
 			out = append(out, v+" is set but not supported yet: it is ignored")
 		}

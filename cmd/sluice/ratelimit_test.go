@@ -42,7 +42,7 @@ func TestRatelimitVariables(t *testing.T) {
 		"GRPC_PORT", "9", "SLUICE_HTTP_ADDR", "127.0.0.1:1", "LOG_LEVEL", "DEBUG", "LIMIT_RESPONSE_HEADERS_ENABLED", "true",
 		"LIMIT_RESET_HEADER", "X-Reset", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true", "SHADOW_MODE", "true",
 		"MERGE_DOMAIN_CONFIG", "true", "RUNTIME_IGNOREDOTFILES", "true", "USE_PROMETHEUS", "true",
-		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true", "SLUICE_RLS_ALL_OR_NOTHING", "true", "REDIS_URL", "x", "MEMCACHE_HOST_PORT", "y"))
+		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true", "SLUICE_RLS_ALL_OR_NOTHING", "true", "QUOTA_MODE", "true", "REDIS_URL", "x", "MEMCACHE_HOST_PORT", "y"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestRatelimitVariables(t *testing.T) {
 		t.Fatalf("flags %s\nwant  %s", got, want)
 	}
 	a := m.Answers
-	if !a.StopIncrementWhenOverLimit || !a.GlobalShadowMode || a.PerDescriptor || a.LimitHeaders == nil ||
+	if !a.StopIncrementWhenOverLimit || !a.GlobalShadowMode || !a.GlobalQuotaMode || !m.Load.QuotaMode || a.PerDescriptor || a.LimitHeaders == nil ||
 		*a.LimitHeaders != (envoyrls.HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "X-Reset"}) {
 		t.Fatalf("answers %+v %+v", a, a.LimitHeaders)
 	}
