@@ -216,23 +216,10 @@ func TestRatelimitRejectedRules(t *testing.T) {
 // reload), failing after a deadline.
 func waitAnswer(t *testing.T, c *rls, domain, want string, ds ...*rlcommon.RateLimitDescriptor) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
-		cancel()
-		got := ""
-		if err == nil {
-			got = peerStatus(resp)
-		}
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer %q within 10s: last %q, %v", want, got, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "the answer "+want, func() bool {
+		resp, err := c.call(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		return err == nil && peerStatus(resp) == want
+	})
 }
 
 var debugListening = regexp.MustCompile(`msg="ratelimit debug listening" addr=(\S+)`)
@@ -398,11 +385,11 @@ func TestRatelimitConfigMapSwap(t *testing.T) {
 		t.Fatalf("before the swap: %s", got)
 	}
 	cm.swap(map[string]string{"rules.yaml": rules(7)})
-	holdsWithin(t, 2*time.Second, "the swapped rules in force", func() bool {
+	eventually(t, 2*time.Second, "the swapped rules in force", func() bool {
 		return strings.Contains(peerStatus(c.must("cm", desc("k", "probe"))), " 7/HOUR ")
 	})
 	cm.swap(map[string]string{"rules.yaml": rules(7) + "    unknown_key: 1\n"})
-	holdsWithin(t, 10*time.Second, "the broken update counted", func() bool {
+	eventually(t, 10*time.Second, "the broken update counted", func() bool {
 		m := metricsText(t, p.HTTP)
 		return strings.Contains(m, "sluice_envoy_config_last_load_ok 0") && strings.Contains(m, `sluice_envoy_config_loads_total{result="error"} 1`)
 	})
@@ -411,17 +398,5 @@ func TestRatelimitConfigMapSwap(t *testing.T) {
 	}
 	if !strings.Contains(p.Log(), "envoy configuration not reloaded: the rules in force stay") || !strings.Contains(p.Log(), "unknown key 'unknown_key'") {
 		t.Fatalf("the broken update is not logged with its reason:\n%s", p.Log())
-	}
-}
-
-// holdsWithin polls cond until it holds, failing after d.
-func holdsWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
