@@ -84,10 +84,13 @@ type Rule struct {
 	File string
 	Line int
 
-	parts     []string // Value split at '*' when it is a pattern
-	metric    string   // the metrics label: domain.key_value.key…
-	children  ruleSet
-	childList *yaml.Node // while loading
+	parts  []string // Value split at '*' when it is a pattern
+	metric string   // the metrics label: domain.key_value.key…
+	// valueLabel: this rule or one above it has value_to_metric, so the
+	// label names values of the request.
+	valueLabel bool
+	children   ruleSet
+	childList  *yaml.Node // while loading
 }
 
 // Metric is the rule's metrics label: the domain and the composite keys
@@ -496,14 +499,14 @@ func (c *Config) addDomain(file string, root *yaml.Node) error {
 	}
 	// Merged: the rules join the domain's; a composite key written twice
 	// is an error as within one file.
-	if err := c.addRules(file, name, d.rules, f["descriptors"], name); err != nil {
+	if err := c.addRules(file, name, d.rules, f["descriptors"], name, false); err != nil {
 		return err
 	}
 	c.domains[name] = d
 	return nil
 }
 
-func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, metric string) error {
+func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, metric string, valueLabel bool) error {
 	if list == nil || list.Tag == "!!null" {
 		return nil
 	}
@@ -546,7 +549,8 @@ func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, met
 			return &configError{file, r.Line, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
 		}
 		r.children = ruleSet{}
-		if err := c.addRules(file, domain, r.children, r.childList, r.metric); err != nil {
+		r.valueLabel = valueLabel || r.ValueToMetric
+		if err := c.addRules(file, domain, r.children, r.childList, r.metric, r.valueLabel); err != nil {
 			return err
 		}
 		r.childList = nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
@@ -139,6 +140,47 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// From test/config/config_test.go TestShareThreshold ("share_threshold with
+// metrics", "Nested wildcards"): the stats key of a descriptor — here its
+// metrics label — writes a share_threshold pattern for the values it
+// matched, even with value_to_metric or detailed_metric, which otherwise
+// name the request's values.
+func TestPeerMetricLabels(t *testing.T) {
+	b, err := os.ReadFile("testdata/peer/share_threshold.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig("share_threshold.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	s := newServer(t, "domain: unused\n", &now)
+	s.SetConfig(cfg)
+	for _, c := range []struct {
+		kv   []string
+		want string
+	}{
+		{[]string{"files", "files/a.txt"}, "test-domain.files_files/*"},
+		{[]string{"route", "api/v1", "method", "GET"}, "test-domain.route_api/*.method"},
+		{[]string{"service", "svc/user", "endpoint", "get"}, "test-domain.service_svc/*.endpoint_get"},
+		{[]string{"nested", "parent", "files", "nested/file1.txt"}, "test-domain.nested_parent.files_nested/*"},
+		{[]string{"files", "top/file1.txt", "files", "nested/file1.txt"}, "test-domain.files_top/*.files_nested/*"},
+		{[]string{"path", "path/foo", "file", "file/doc1", "type", "pdf"}, "test-domain.path_path/*.file_file/*.type"},
+		{[]string{"file", "test1"}, "test-domain.file_test1"},
+		{[]string{"midroute", "/api-x-v2"}, "test-domain.midroute_/api*v2"},
+	} {
+		w := &work{cfg: cfg}
+		req := &rlsv3.RateLimitRequest{Domain: "test-domain", Descriptors: []*rlcommon.RateLimitDescriptor{desc(c.kv...)}}
+		if err := s.prepare(req, w); err != nil {
+			t.Fatal(err)
+		}
+		if got := w.parts[0].metric; got != c.want {
+			t.Errorf("%v: label %q, want %q", c.kv, got, c.want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,7 @@ type work struct {
 	sc    limiter.Scratch
 	cfg   *Config // the configuration this request is decided by
 	now   int64   // the service clock when the request began (ns)
+	path  []*Rule // the rules the descriptor being classified matched
 	flag  []byte  // the key of a PerDescriptor over-limit flag
 }
 
@@ -402,19 +404,18 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 // matches, if any.
 func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
 	entries := d.GetEntries()
-	r := w.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
-	if r == nil {
+	// The rule of the last entry, when every entry matched (Match).
+	w.matchedPath(domain, entries)
+	if len(w.path) < len(entries) || w.path[len(entries)-1].Limit == nil {
 		return nil
 	}
+	r := w.path[len(entries)-1]
 	p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
-	if r.DetailedMetric {
-		// Opted in: one label per value seen (envoyproxy/ratelimit's
-		// detailed_metric), at the cost of a string per descriptor.
-		m := domain
-		for _, e := range entries {
-			m += "." + e.GetKey() + "_" + e.GetValue()
-		}
-		p.metric = m
+	if r.DetailedMetric || r.valueLabel {
+		// Opted in: labels that name values (envoyproxy/ratelimit's
+		// detailed_metric, value_to_metric), at the cost of a string per
+		// descriptor.
+		p.metric = w.label(domain, entries, r.DetailedMetric)
 	}
 	if r.Limit.Unlimited {
 		p.kind = unlimited
@@ -442,15 +443,13 @@ func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
 func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w *work) error {
 	p.keyFrom = len(w.buf)
 	w.buf = append(append(w.buf, KeyPrefix...), domain...)
-	var shared [budget.MaxParts]string
-	if r != nil {
-		// The rules down to r, from the leaf up, say which values are shared.
-		s.sharedPatterns(w.cfg, domain, entries, shared[:])
+	if r == nil {
+		w.path = w.path[:0] // an override: no rules, no shared values
 	}
 	for i, e := range entries {
 		w.buf = append(append(append(w.buf, '/'), e.GetKey()...), '=')
-		if i < len(shared) && shared[i] != "" {
-			w.buf = append(w.buf, shared[i]...)
+		if v := w.shared(i); v != "" {
+			w.buf = append(w.buf, v...)
 		} else {
 			w.buf = append(w.buf, e.GetValue()...)
 		}
@@ -462,12 +461,12 @@ func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w 
 	return nil
 }
 
-// sharedPatterns sets shared[i] to the value pattern of the rule matched
-// by entry i when that rule shares its threshold (share_threshold).
-func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, shared []string) {
-	d := cfg.domains[domain]
-	set := d.rules
-	for i, e := range entries {
+// matchedPath sets w.path to the rules the entries matched, level by
+// level as Match walks them, one per entry up to where matching stopped.
+func (w *work) matchedPath(domain string, entries []*entry) {
+	w.path = w.path[:0]
+	set := w.cfg.domains[domain].rules
+	for _, e := range entries {
 		kr := set[e.GetKey()]
 		if kr == nil {
 			return
@@ -477,9 +476,6 @@ func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, sh
 			for _, r := range kr.patterns {
 				if wildcardMatch(r.parts, e.GetValue()) {
 					next = r
-					if r.ShareThreshold && i < len(shared) {
-						shared[i] = r.Value
-					}
 					break
 				}
 			}
@@ -490,8 +486,55 @@ func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, sh
 		if next == nil {
 			return
 		}
+		w.path = append(w.path, next)
 		set = next.children
 	}
+}
+
+// shared returns the value pattern that stands for entry i's value in
+// counters and labels: that of a share_threshold rule it matched, or "".
+func (w *work) shared(i int) string {
+	if i < len(w.path) {
+		if r := w.path[i]; r.ShareThreshold && r.parts != nil {
+			return r.Value
+		}
+	}
+	return ""
+}
+
+// label is the metrics label of a descriptor that matched w.path, as
+// envoyproxy/ratelimit names its stats when the rules ask for values
+// (detailed_metric: every value; value_to_metric: the values of its
+// level), a share_threshold pattern always standing for the values it
+// matched, so that the labels stay as many as the patterns.
+func (w *work) label(domain string, entries []*entry, detailed bool) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteString(".")
+		b.WriteString(e.GetKey())
+		v := w.shared(i)
+		if v == "" && i < len(w.path) {
+			v = labelValue(w.path[i], e.GetValue(), detailed)
+		}
+		if v != "" {
+			b.WriteString("_" + v)
+		}
+	}
+	return b.String()
+}
+
+// labelValue is the value a label gives entry value matched by rule r.
+func labelValue(r *Rule, value string, detailed bool) string {
+	switch {
+	case detailed || r.ValueToMetric:
+		return value
+	case r.parts != nil:
+		return r.Value // the pattern
+	case r.Value != "":
+		return value
+	}
+	return ""
 }
 
 // budgetPath maps a descriptor of a domain without loaded rules onto the
