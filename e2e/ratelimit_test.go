@@ -400,3 +400,86 @@ func TestRatelimitConfigMapSwap(t *testing.T) {
 		t.Fatalf("the broken update is not logged with its reason:\n%s", p.Log())
 	}
 }
+
+// TestRatelimitReloadConfig re-writes testConfigReload of the peer's
+// test/integration/integration_test.go (TestBasicReloadConfig): a rule
+// file copied into the config directory is put in force, and taken out
+// of force when removed.
+func TestRatelimitReloadConfig(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("testdata/ratelimit/runtime/current")); err != nil {
+		t.Fatal(err)
+	}
+	_, c := startRatelimit(t, nil, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit")
+	if got := peerStatus(c.must("reload", desc("block", "foo"))); got != "OK | OK" {
+		t.Fatalf("before the reload: %s", got)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "ratelimit/reload.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ratelimit/config/reload.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, c, "reload", "OVER_LIMIT | OVER_LIMIT 0/SECOND left 0", desc("block", "foo"))
+	if got := peerStatus(c.must("reload", desc("key1", "foo"))); got != "OK | OK 50/SECOND left 49" {
+		t.Fatalf("after the reload: %s", got)
+	}
+	if err := os.Remove(filepath.Join(root, "ratelimit/config/reload.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitAnswer(t, c, "reload", "OK | OK", desc("block", "foo"))
+}
+
+// TestRatelimitShareThreshold re-writes testShareThreshold of the peer's
+// test/integration/integration_test.go: values matched by a
+// share_threshold pattern share one counter; without it each value has
+// its own.
+func TestRatelimitShareThreshold(t *testing.T) {
+	clock, _ := testClockAt(time.Date(2027, 1, 5, 10, 1, 0, 0, time.UTC)) // far from the hour's end
+	_, c := startRatelimit(t, nil, append(peerRuntime(t), clock)...)
+	for i := 0; i < 10; i++ {
+		c.must("share-threshold-test", desc("files", "files/a.pdf"))
+	}
+	if got := peerStatus(c.must("share-threshold-test", desc("files", "files/b.csv"))); got != "OVER_LIMIT | OVER_LIMIT 10/HOUR left 0" {
+		t.Fatalf("files/b.csv after 10 of files/a.pdf: %s", got)
+	}
+	for i := 0; i < 10; i++ {
+		v := "files_no_share/" + strconv.Itoa(i)
+		if got := peerStatus(c.must("share-threshold-test", desc("files_no_share", v))); got != "OK | OK 10/HOUR left 9" {
+			t.Fatalf("%s: %s", v, got)
+		}
+	}
+}
+
+// TestRatelimitHealthyWithAtLeastOneConfig re-writes
+// TestServiceHealthStatus and TestServiceHealthStatusAtLeastOneConfigLoaded
+// of the peer's test/service/ratelimit_test.go: with no rules, healthy
+// unless HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, which waits for rules of
+// some domain.
+func TestRatelimitHealthyWithAtLeastOneConfig(t *testing.T) {
+	for _, atLeastOne := range []bool{false, true} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := startRatelimit(t, nil, "RUNTIME_ROOT="+root, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="+strconv.FormatBool(atLeastOne))
+		// The node first elects itself (its /readyz): health includes it.
+		eventually(t, 30*time.Second, "the node ready", func() bool {
+			code, _ := httpGet(t, "http://"+p.HTTP+"/readyz")
+			return code == 200
+		})
+		code, _ := httpGet(t, "http://"+p.HTTP+"/healthcheck")
+		if want := map[bool]int{false: 200, true: 500}[atLeastOne]; code != want {
+			t.Fatalf("at least one %v, no rules: /healthcheck %d, want %d", atLeastOne, code, want)
+		}
+		if err := writeFile(filepath.Join(dir, "a.yaml"), "domain: a\n"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "healthy once rules load", func() bool {
+			code, body := httpGet(t, "http://"+p.HTTP+"/healthcheck")
+			return code == 200 && body == "OK"
+		})
+	}
+}
