@@ -120,6 +120,20 @@ func TestRatelimitIntegrationBasic(t *testing.T) {
 			}
 			awayFromMinuteEndAt(now, 40*time.Second)
 			peerBasicSequence(t, c, now, stop)
+			// The peer's stats under its Prometheus names: every hit of
+			// key2 counted, key3's 5 hits over its 10 (2 near it at 0.8).
+			m := metricsText(t, p.HTTP)
+			for _, want := range []string{
+				`ratelimit_service_rate_limit_total_hits{domain="another",key1="key2",key2=""} 40`,
+				`ratelimit_service_rate_limit_over_limit{domain="another",key1="key3",key2=""} 5`,
+				`ratelimit_service_rate_limit_near_limit{domain="another",key1="key3",key2=""} 2`,
+				`ratelimit_service_rate_limit_within_limit{domain="basic",key1="key1",key2=""} 1`,
+				`ratelimit_service_config_load_success 1`,
+			} {
+				if !strings.Contains(m, want+"\n") {
+					t.Errorf("/metrics lacks %s:\n%s", want, grepLines(m, "ratelimit_service"))
+				}
+			}
 		})
 	}
 }
@@ -257,9 +271,11 @@ func TestRatelimitHTTPEndpoints(t *testing.T) {
 			t.Fatalf("call %d: %d %s %s (%v)", i, code, ct, body, err)
 		}
 	}
-	if code, body := httpGet(t, "http://"+p.HTTP+"/healthcheck"); code != 200 || body != "OK" {
-		t.Fatalf("/healthcheck: %d %q", code, body)
-	}
+	// Healthy once the node has elected itself (as its /readyz).
+	eventually(t, 30*time.Second, "/healthcheck 200 OK", func() bool {
+		code, body := httpGet(t, "http://"+p.HTTP+"/healthcheck")
+		return code == 200 && body == "OK"
+	})
 	m := debugListening.FindStringSubmatch(p.Log())
 	if m == nil {
 		t.Fatalf("no debug listener logged:\n%s", p.Log())

@@ -16,6 +16,8 @@ type Metrics struct {
 	descriptors *prometheus.CounterVec
 	loads       *prometheus.CounterVec
 	loadedOK    prometheus.Gauge
+	reg         prometheus.Registerer
+	peer        *peerStats // envoyproxy/ratelimit's stats, in the drop-in
 
 	mu    sync.RWMutex
 	cache map[[3]string]prometheus.Counter
@@ -34,6 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		loadedOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_envoy_config_last_load_ok",
 			Help: "1 if the last load of the Envoy rule files succeeded, 0 if it failed (the rules in force are older than the files)."}),
 		cache: map[[3]string]prometheus.Counter{},
+		reg:   reg,
 	}
 	reg.MustRegister(m.requests, m.descriptors, m.loads, m.loadedOK)
 	return m
@@ -69,8 +72,14 @@ func (m *Metrics) ConfigLoad(ok bool) {
 	if ok {
 		m.loads.WithLabelValues("ok").Inc()
 		m.loadedOK.Set(1)
+		if m.peer != nil {
+			m.peer.loadOK.Inc()
+		}
 		return
 	}
 	m.loads.WithLabelValues("error").Inc()
 	m.loadedOK.Set(0)
+	if m.peer != nil {
+		m.peer.loadError.Inc()
+	}
 }

@@ -47,6 +47,9 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 		if err := s.chargeOne(p, w, hold && !p.over); err != nil {
 			return false, err
 		}
+		if s.metrics != nil && s.metrics.peer != nil {
+			s.metrics.peer.count(p.metric, int64(p.rpu), p.call.Cost, p.before, p.after, p.kind == shadow)
+		}
 		switch {
 		case p.code != codeOver:
 		case p.kind == shadow:
@@ -66,6 +69,7 @@ func (s *Server) chargeOne(p *part, w *work, peekOnly bool) error {
 	hits := p.call.Cost
 	if p.deny { // requests_per_unit 0: any hit is over
 		p.code, p.remaining, p.limit, p.retry = codeOK, 0, 0, -1
+		p.before, p.after = 0, hits
 		p.reset = p.windowLeft(w.now)
 		if hits > 0 {
 			p.code = codeOver
@@ -74,14 +78,24 @@ func (s *Server) chargeOne(p *part, w *work, peekOnly bool) error {
 	}
 	var o limiter.Outcome
 	var err error
+	limit := int64(p.rpu)
 	if peekOnly || hits == 0 {
 		o, err = s.read(p, w, hits)
+		p.after = limit - o.Result.Remaining // not charged
+		if o.Allowed == 0 {
+			p.after = limit + 1 // past the limit: refused hits counted
+		}
+		p.before = max(p.after-hits, 0)
 	} else {
 		one := p.call
 		one.HasWait = true
 		if o, err = s.svc.Acquire(&one, &w.sc, nil); err == nil && o.Allowed == 0 {
+			p.before = limit - o.Result.Remaining
 			err = s.countRefused(p, w, o.Result.Remaining)
+		} else {
+			p.before = limit - o.Result.Remaining - hits
 		}
+		p.after = p.before + hits
 	}
 	if err != nil {
 		return grpcError(err)

@@ -111,6 +111,9 @@ type part struct {
 	shadowHit bool  // a shadow_mode rule that would have refused
 	over      bool  // PerDescriptor with StopIncrementWhenOverLimit: would go over
 	quota     bool  // PerDescriptor: a quota descriptor (quota_mode, QUOTA_MODE)
+	// PerDescriptor: the window's count before and after the request, as
+	// envoyproxy/ratelimit's stats count them.
+	before, after int64
 }
 
 // work is the reusable state of one request.
@@ -141,6 +144,14 @@ func (s *Server) domainLabel(domain string, w *work) string {
 // ShouldRateLimit decides a request: every descriptor that limits is a
 // part of one call, admitted together or not at all.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(req)
+	if err != nil && s.metrics != nil && s.metrics.peer != nil {
+		s.metrics.peer.callErrors.WithLabelValues("service_error").Inc()
+	}
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, s.requestError("rate limit domain must not be empty")
 	}

@@ -30,6 +30,9 @@ func (s *Server) listenGRPC() error {
 		return nil
 	}
 	s.rlsStats = envoyrls.NewMetrics(s.env.Metrics.Registry)
+	if m := s.cfg.Ratelimit; m != nil {
+		s.rlsStats.EnablePeerStats(m.NearLimitRatio)
+	}
 	cfg, sum, err := s.loadEnvoyRules()
 	if err != nil {
 		return err

@@ -33,6 +33,9 @@ type RatelimitMode struct {
 	// DebugAddr (DEBUG_HOST:DEBUG_PORT) serves the peer's debug endpoints
 	// (/rlconfig); empty: none.
 	DebugAddr string
+	// NearLimitRatio (NEAR_LIMIT_RATIO) is the share of a limit past which
+	// hits count as near_limit in the peer's stats.
+	NearLimitRatio float64
 	// PrometheusAddr and PrometheusPath (USE_PROMETHEUS, PROMETHEUS_ADDR,
 	// PROMETHEUS_PATH) serve the metrics there too; empty: not.
 	PrometheusAddr, PrometheusPath string

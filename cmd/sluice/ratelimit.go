@@ -110,10 +110,13 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	if t := e.str("CONFIG_TYPE", "FILE"); t != "FILE" {
 		e.errs = append(e.errs, fmt.Sprintf("CONFIG_TYPE=%q: only FILE is supported so far (GRPC_XDS_SOTW is to come)", t))
 	}
+	m.NearLimitRatio = 0.8
 	if r := e.get("NEAR_LIMIT_RATIO"); r != "" {
-		if f, err := strconv.ParseFloat(r, 32); err != nil || f < 0 || f > 1 {
+		f, err := strconv.ParseFloat(r, 32)
+		if err != nil || f < 0 || f > 1 {
 			e.errs = append(e.errs, fmt.Sprintf("NEAR_LIMIT_RATIO=%q: must be a number between 0 and 1", r))
 		}
+		m.NearLimitRatio = f
 	}
 	if len(e.errs) > 0 {
 		return nil, nil, fmt.Errorf("%s", strings.Join(e.errs, "; "))
