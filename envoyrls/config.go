@@ -13,6 +13,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -80,6 +81,9 @@ type Rule struct {
 	// QuotaMode (quota_mode, read with LoadOptions.QuotaMode): the rule's
 	// refusal fails the request only if every quota rule of it refuses.
 	QuotaMode bool
+	// Metadata is the rule's metadata, returned in dynamic_metadata with
+	// Options.DynamicMetadata; nil when none.
+	Metadata *structpb.Struct
 	// File and Line say where the rule is written.
 	File string
 	Line int
@@ -590,6 +594,15 @@ func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
 	if rl := f["rate_limit"]; rl != nil && rl.Tag != "!!null" {
 		if r.Limit, err = c.parseLimit(file, rl); err != nil {
 			return nil, err
+		}
+	}
+	if md := f["metadata"]; md != nil && md.Tag != "!!null" {
+		var v map[string]any
+		if err := md.Decode(&v); err == nil {
+			r.Metadata, err = structpb.NewStruct(v)
+		}
+		if err != nil || r.Metadata == nil {
+			return nil, &configError{file, md.Line, "metadata must be a mapping of names to values"}
 		}
 	}
 	r.childList = f["descriptors"]

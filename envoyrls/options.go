@@ -43,6 +43,10 @@ type Options struct {
 	// descriptor over its limit fails the request only when every quota
 	// descriptor of it is over.
 	GlobalQuotaMode bool
+	// DynamicMetadata (RESPONSE_DYNAMIC_METADATA) returns the request in
+	// the response's dynamic_metadata, with the metadata of the rules that
+	// passed, as the peer does.
+	DynamicMetadata bool
 	// RulesOnly limits only by loaded rules, as the peer: a domain without
 	// rules is not limited (no budget tree), a descriptor with no entries
 	// is not limited, request errors are the peer's (gRPC code Unknown),

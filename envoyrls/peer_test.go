@@ -5,6 +5,7 @@ package envoyrls
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -292,4 +293,50 @@ func TestPeerQuotaMode(t *testing.T) {
 		{ds(desc("plain", "a"), desc("plain", "c")), "OK: OVER_LIMIT 0, OK 0"},
 		{ds(desc("plain", "a"), desc("plain", "c")), "OVER_LIMIT: OVER_LIMIT 0, OVER_LIMIT 0"},
 	})
+}
+
+const metadataYAML = `
+domain: domain
+descriptors:
+  - {key: regular, metadata: {name: service_1, nested: {a: 1}}, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: quota, quota_mode: true, metadata: {name: service_2, nested: {b: 2}}, rate_limit: {unit: minute, requests_per_unit: 1}}
+`
+
+// From test/service/ratelimit_test.go TestMetadataReturnedForPassedDescriptors,
+// TestMetadataReturnedForAllPassedDescriptors and
+// TestOverlappingMetadataReturnsTheFirstValue: the request in
+// dynamic_metadata, with the metadata of the descriptors that passed, the
+// first value of a name winning and mappings merged.
+func TestPeerDynamicMetadata(t *testing.T) {
+	now := t0
+	cfg, err := ParseConfigWith("m.yaml", []byte(metadataYAML), LoadOptions{QuotaMode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, "domain: domain\n", &now)
+	s.SetConfig(cfg)
+	o := PeerOptions()
+	o.DynamicMetadata, o.GlobalQuotaMode = true, true // QUOTA_MODE as in the peer's tests
+	s.SetOptions(o)
+	want := func(resp *rlsv3.RateLimitResponse, metadata string) {
+		t.Helper()
+		md := resp.DynamicMetadata.AsMap()
+		got, _ := json.Marshal(md["metadata"])
+		if string(got) != metadata || md["domain"] != "domain" || len(md["descriptors"].([]any)) != 2 {
+			t.Fatalf("dynamic_metadata %v; want metadata %s", md, got)
+		}
+	}
+	want(ask(t, s, desc("regular", "x"), desc("quota", "x")), `{"name":"service_1","nested":{"a":1,"b":2}}`)
+	resp := ask(t, s, desc("regular", "x"), desc("quota", "x")) // quota over: only regular passed
+	if resp.OverallCode != codeOK {
+		t.Fatalf("overall %v", resp.OverallCode)
+	}
+	want(resp, `{"name":"service_1","nested":{"a":1}}`)
+	if got, _ := json.Marshal(cfg.domains["domain"].rules["regular"].any.Metadata.AsMap()); string(got) != `{"name":"service_1","nested":{"a":1}}` {
+		t.Fatalf("a rule's metadata changed by a merge: %s", got)
+	}
+	s.SetOptions(PeerOptions())
+	if md := ask(t, s, desc("regular", "x")).DynamicMetadata; md != nil {
+		t.Fatalf("dynamic_metadata without the setting: %v", md)
+	}
 }

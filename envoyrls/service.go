@@ -627,6 +627,9 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 	if s.opts.LimitHeaders != nil {
 		s.limitHeaders(blk, w)
 	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, w)
+	}
 	s.countRequest(w, req.Domain, admitted)
 	return resp
 }

@@ -131,6 +131,7 @@ func peerAnswers(e *peerEnv) envoyrls.Options {
 	o.StopIncrementWhenOverLimit = e.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	o.GlobalShadowMode = e.flag("SHADOW_MODE", false)
 	o.GlobalQuotaMode = e.flag("QUOTA_MODE", false)
+	o.DynamicMetadata = e.flag("RESPONSE_DYNAMIC_METADATA", false)
 	if e.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
 		d := envoyrls.PeerHeaderNames
 		o.LimitHeaders = &envoyrls.HeaderNames{Limit: e.str("LIMIT_LIMIT_HEADER", d.Limit),
@@ -162,7 +163,8 @@ func peerIgnored(getenv func(string) string) []string {
 // honoured here, so that nobody relies on them unknowingly.
 func peerUnsupported(e *peerEnv) []string {
 	var out []string
-	for _, v := range []string{"RESPONSE_DYNAMIC_METADATA", "GRPC_SERVER_USE_TLS"} {
+	e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false) // rule files are read at start either way
+	for _, v := range []string{"GRPC_SERVER_USE_TLS"} {
 		if e.flag(v, false) {
 			out = append(out, v+" is set but not supported yet: it is ignored")
 		}
