@@ -2,15 +2,18 @@
 // protocol (envoy.service.ratelimit.v3.RateLimitService): it maps each
 // ShouldRateLimit request onto one call of the service core
 // (limiter.Service), every descriptor a part of that call, so that the
-// descriptors of a request are admitted together or not at all.
+// descriptors of a request are admitted together or not at all — or, under
+// Options that `sluice ratelimit` sets (options.go, peer.go), answers as
+// envoyproxy/ratelimit does, each descriptor charged on its own.
 //
 // A descriptor is limited by the first of: its own limit override (an
-// inline fixed window); the rules of its domain when the domain is in the
-// envoyproxy/ratelimit configuration loaded with --envoy-config (Config:
-// an inline fixed window per matched rule, keyed by the request's entries
-// as envoyproxy/ratelimit keys its counters); otherwise the budget tree,
-// at the path domain/key1/value1/…/keyN/valueN with valueN as the subject
-// (KEY). docs/envoy.md states the mapping for users.
+// inline fixed window), in a domain with rules; the rules of its domain
+// when the domain is in the envoyproxy/ratelimit configuration loaded with
+// --envoy-config (Config: an inline fixed window per matched rule, keyed by
+// the request's entries as envoyproxy/ratelimit keys its counters);
+// otherwise the budget tree, at the path domain/key1/value1/…/keyN/valueN
+// with valueN as the subject (KEY), unless Options.RulesOnly.
+// docs/envoy.md states the mapping for users.
 package envoyrls
 
 import (
@@ -141,8 +144,10 @@ func (s *Server) domainLabel(domain string, w *work) string {
 	return "unknown"
 }
 
-// ShouldRateLimit decides a request: every descriptor that limits is a
-// part of one call, admitted together or not at all.
+// ShouldRateLimit decides a request: under sluice's semantics every
+// descriptor that limits is a part of one call, admitted together or not
+// at all; with Options.PerDescriptor each is charged on its own, as
+// envoyproxy/ratelimit charges them.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.shouldRateLimit(req)
 	if err != nil && s.metrics != nil && s.metrics.peer != nil {
@@ -158,7 +163,9 @@ func (s *Server) shouldRateLimit(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitR
 	if len(req.GetDescriptors()) == 0 {
 		return nil, s.requestError("rate limit descriptor list must not be empty")
 	}
-	if len(req.Descriptors) > budget.MaxParts {
+	if len(req.Descriptors) > budget.MaxParts && !s.opts.PerDescriptor {
+		// One call holds at most MaxParts parts; charged one by one, a
+		// request may carry any number, as the peer's.
 		return nil, status.Errorf(codes.InvalidArgument, "a request may carry at most %d descriptors, this one has %d", budget.MaxParts, len(req.Descriptors))
 	}
 	w := s.pool.Get().(*work)
