@@ -181,9 +181,12 @@ func peerBasicSequence(t *testing.T, c *rls, now func() time.Time, stop bool) {
 // descriptor over its limit).
 func TestRatelimitAsArgv0(t *testing.T) {
 	bash := requireTool(t, "bash")
-	env := append(peerRuntime(t), "LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=A-Ratelimit-Limit",
+	// One window for both calls: the servers' minute starts at :01.
+	clock, now := testClockAt(time.Date(2027, 1, 5, 10, 20, 1, 0, time.UTC))
+	env := append(peerRuntime(t), clock, "LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=A-Ratelimit-Limit",
 		"LIMIT_REMAINING_HEADER=A-Ratelimit-Remaining", "LIMIT_RESET_HEADER=A-Ratelimit-Reset")
 	_, c := startRatelimit(t, []string{bash, "-c", `exec -a ratelimit "$0" "$@"`}, env...)
+	awayFromMinuteEndAt(now, 15*time.Second)
 	resp := c.must("basic", desc("one_per_minute", "x"), desc("hello", "world"))
 	if got := strings.Join(headers(resp), " "); !strings.HasPrefix(got, "A-Ratelimit-Limit: 1 A-Ratelimit-Remaining: 0 A-Ratelimit-Reset: ") {
 		t.Fatalf("headers %q", got)
@@ -243,7 +246,9 @@ var debugListening = regexp.MustCompile(`msg="ratelimit debug listening" addr=(\
 // what does not parse or is refused, 200 or 429 with the response in
 // protobuf JSON), /healthcheck ("OK") and the debug port's /rlconfig.
 func TestRatelimitHTTPEndpoints(t *testing.T) {
-	p, _ := startRatelimit(t, nil, peerRuntime(t)...)
+	clock, now := testClockAt(time.Date(2027, 1, 5, 10, 20, 1, 0, time.UTC))
+	p, _ := startRatelimit(t, nil, append(peerRuntime(t), clock)...)
+	awayFromMinuteEndAt(now, 15*time.Second) // both /json calls in one window
 	post := func(body string) (int, string, string) {
 		t.Helper()
 		resp, err := http.Post("http://"+p.HTTP+"/json", "application/json", strings.NewReader(body))
