@@ -35,10 +35,11 @@ func (m *ratelimitMode) logNotes(log *slog.Logger) {
 	}
 }
 
-// ratelimit runs a node as envoyproxy/ratelimit: the peer's variables
-// become sluice flags placed first, so that SLUICE_* variables (a flag
-// derived from a peer variable is left out when its SLUICE_ variable is
-// set) and the flags given after `ratelimit` win.
+// ratelimit runs a node as envoyproxy/ratelimit: the peer's variables,
+// with its defaults, become sluice flags placed first, so that they win
+// over SLUICE_* variables for the settings both name (an image's
+// SLUICE_HTTP_ADDR must not move the peer's port 8080), and the flags
+// given after `ratelimit` win over both.
 func ratelimit(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	flags, mode, err := ratelimitSettings(getenv)
 	if err != nil {
@@ -86,11 +87,7 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	e := &peerEnv{get: getenv}
 	m := &ratelimitMode{}
 	var flags []string
-	set := func(name, value string) {
-		if getenv(server.EnvName(name)) == "" {
-			flags = append(flags, "--"+name, value)
-		}
-	}
+	set := func(name, value string) { flags = append(flags, "--"+name, value) }
 	set("http-addr", e.addr("HOST", "0.0.0.0", "PORT", "8080"))
 	set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
 	set("envoy-config", filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),

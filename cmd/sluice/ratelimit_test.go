@@ -35,8 +35,8 @@ func TestRatelimitDefaults(t *testing.T) {
 	}
 }
 
-// Each variable lands where it belongs; SLUICE_* wins over the peer's
-// variable for the same setting.
+// Each variable lands where it belongs; the peer's variable (or its
+// default) wins over SLUICE_* for the same setting.
 func TestRatelimitVariables(t *testing.T) {
 	flags, m, err := ratelimitSettings(envOf("RUNTIME_ROOT", "/r", "RUNTIME_SUBDIRECTORY", "sub", "RUNTIME_APPDIRECTORY", "app",
 		"GRPC_PORT", "9", "SLUICE_HTTP_ADDR", "127.0.0.1:1", "LOG_LEVEL", "DEBUG", "LIMIT_RESPONSE_HEADERS_ENABLED", "true",
@@ -46,7 +46,7 @@ func TestRatelimitVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(flags, " "), "--grpc-addr 0.0.0.0:9 --envoy-config /r/sub/app --log-level debug --log-format text"; got != want {
+	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:9 --envoy-config /r/sub/app --log-level debug --log-format text"; got != want {
 		t.Fatalf("flags %s\nwant  %s", got, want)
 	}
 	a := m.Answers
