@@ -220,7 +220,9 @@ func hashPassword(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 // healthcheck asks a running node's /healthz (or /readyz with --ready) and
 // exits 0 if it answers 200: for container HEALTHCHECKs, where the image
 // has no curl. The address comes from --http-addr, SLUICE_HTTP_ADDR or the
-// default.
+// default; without --http-addr, when nothing listens there, it asks
+// /healthcheck on envoyproxy/ratelimit's port (PORT, 8080), where the
+// image's node listens when run as /bin/ratelimit.
 func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -248,6 +250,18 @@ func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	c := http.Client{Timeout: 3 * time.Second}
 	resp, err := c.Get("http://" + a + path)
+	if err != nil && *addr == "" {
+		// Nothing there: the image's node may run as /bin/ratelimit, on
+		// envoyproxy/ratelimit's HTTP port (PORT, 8080) instead.
+		port := getenv("PORT")
+		if port == "" {
+			port = "8080"
+		}
+		var err2 error
+		if resp, err2 = c.Get("http://" + net.JoinHostPort("127.0.0.1", port) + "/healthcheck"); err2 == nil {
+			err, path = nil, "/healthcheck"
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice healthcheck:", err)
 		return 1
