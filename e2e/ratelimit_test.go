@@ -121,13 +121,14 @@ func TestRatelimitIntegrationBasic(t *testing.T) {
 			awayFromMinuteEndAt(now, 40*time.Second)
 			peerBasicSequence(t, c, now, stop)
 			// The peer's stats under its Prometheus names: every hit of
-			// key2 counted, key3's 5 hits over its 10 (2 near it at 0.8).
+			// query counted, export's 4 hits over its 6 (2 near it, above
+			// 0.8 of 6 rounded down).
 			m := metricsText(t, p.HTTP)
 			for _, want := range []string{
-				`ratelimit_service_rate_limit_total_hits{domain="another",key1="key2",key2=""} 40`,
-				`ratelimit_service_rate_limit_over_limit{domain="another",key1="key3",key2=""} 5`,
-				`ratelimit_service_rate_limit_near_limit{domain="another",key1="key3",key2=""} 2`,
-				`ratelimit_service_rate_limit_within_limit{domain="basic",key1="key1",key2=""} 1`,
+				`ratelimit_service_rate_limit_total_hits{domain="search",key1="query",key2=""} 30`,
+				`ratelimit_service_rate_limit_over_limit{domain="search",key1="export",key2=""} 4`,
+				`ratelimit_service_rate_limit_near_limit{domain="search",key1="export",key2=""} 2`,
+				`ratelimit_service_rate_limit_within_limit{domain="checkout",key1="cart",key2=""} 1`,
 				`ratelimit_service_config_load_success 1`,
 			} {
 				if !strings.Contains(m, want+"\n") {
@@ -149,28 +150,29 @@ func peerBasicSequence(t *testing.T, c *rls, now func() time.Time, stop bool) {
 		}
 		wholeSeconds(t, resp, before, now())
 	}
-	expect("foo", "OK | OK", desc("hello", "world"))
-	expect("basic", "OK | OK 50/SECOND left 49", desc("key1", "foo"))
-	// "go over limit for a minute limit": 25 calls against 20 per minute.
-	for i := 0; i < 25; i++ {
-		want := "OK | OK 20/MINUTE left " + itoa(int64(20-(i+1)))
-		if i >= 20 {
-			want = "OVER_LIMIT | OVER_LIMIT 20/MINUTE left 0"
+	expect("nowhere", "OK | OK", desc("colour", "teal"))
+	expect("checkout", "OK | OK 40/SECOND left 39", desc("cart", "c-17"))
+	// "go over limit for a minute limit": 20 calls against 15 per minute.
+	for i := 0; i < 20; i++ {
+		want := "OK | OK 15/MINUTE left " + itoa(int64(15-(i+1)))
+		if i >= 15 {
+			want = "OVER_LIMIT | OVER_LIMIT 15/MINUTE left 0"
 		}
-		expect("another", want, desc("key2", "r1"))
+		expect("search", want, desc("query", "shoes"))
 	}
-	// "Limit now against 2 keys in the same domain": key3 (10 per hour)
-	// goes over; key2 is still charged unless the stop setting is on.
-	for i := 0; i < 15; i++ {
-		left1, code, left2 := int64(20-(i+1)), "OK", int64(10-(i+1))
-		if i >= 10 {
+	// "Limit now against 2 keys in the same domain": export (6 per hour)
+	// goes over; query (another value, its own counter) is still charged
+	// unless the stop setting is on, which leaves it at its 6 calls.
+	for i := 0; i < 10; i++ {
+		left1, code, left2 := int64(15-(i+1)), "OK", int64(6-(i+1))
+		if i >= 6 {
 			code, left2 = "OVER_LIMIT", 0
 			if stop {
-				left1 = 10
+				left1 = 15 - 6
 			}
 		}
-		want := code + " | OK 20/MINUTE left " + itoa(left1) + " | " + code + " 10/HOUR left " + itoa(left2)
-		expect("another", want, desc("key2", "r2"), desc("key3", "r2"))
+		want := code + " | OK 15/MINUTE left " + itoa(left1) + " | " + code + " 6/HOUR left " + itoa(left2)
+		expect("search", want, desc("query", "boots"), desc("export", "boots"))
 	}
 }
 
@@ -187,11 +189,11 @@ func TestRatelimitAsArgv0(t *testing.T) {
 		"LIMIT_REMAINING_HEADER=A-Ratelimit-Remaining", "LIMIT_RESET_HEADER=A-Ratelimit-Reset")
 	_, c := startRatelimit(t, []string{bash, "-c", `exec -a ratelimit "$0" "$@"`}, env...)
 	awayFromMinuteEndAt(now, 15*time.Second)
-	resp := c.must("basic", desc("one_per_minute", "x"), desc("hello", "world"))
+	resp := c.must("checkout", desc("single_use", "coupon"), desc("colour", "teal"))
 	if got := strings.Join(headers(resp), " "); !strings.HasPrefix(got, "A-Ratelimit-Limit: 1 A-Ratelimit-Remaining: 0 A-Ratelimit-Reset: ") {
 		t.Fatalf("headers %q", got)
 	}
-	resp = c.must("basic", desc("one_per_minute", "x"), desc("hello", "world"))
+	resp = c.must("checkout", desc("single_use", "coupon"), desc("colour", "teal"))
 	if got := peerStatus(resp); got != "OVER_LIMIT | OVER_LIMIT 1/MINUTE left 0 | OK" {
 		t.Fatalf("second call: %s", got)
 	}
@@ -259,12 +261,12 @@ func TestRatelimitHTTPEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 	}
-	for _, bad := range []string{"", "}", `{"domain": "foo"}`} {
+	for _, bad := range []string{"", "}", `{"domain": "nowhere"}`} {
 		if code, ct, body := post(bad); code != 400 || ct != "text/plain; charset=utf-8" || body != "Bad Request\n" {
 			t.Fatalf("POST /json %q: %d %q %q", bad, code, ct, body)
 		}
 	}
-	req := `{"domain": "basic", "descriptors": [{"entries": [{"key": "one_per_minute", "value": "json"}]}]}`
+	req := `{"domain": "checkout", "descriptors": [{"entries": [{"key": "single_use", "value": "via-json"}]}]}`
 	for i, want := range []struct {
 		code    int
 		overall string
@@ -286,8 +288,8 @@ func TestRatelimitHTTPEndpoints(t *testing.T) {
 		t.Fatalf("no debug listener logged:\n%s", p.Log())
 	}
 	code, body := httpGet(t, "http://"+m[1]+"/rlconfig")
-	if want := "basic.one_per_minute: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"; code != 200 || !strings.Contains(body, want) ||
-		!strings.Contains(body, "another.key4: unit=DAY requests_per_unit=20") {
+	if want := "checkout.single_use: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"; code != 200 || !strings.Contains(body, want) ||
+		!strings.Contains(body, "search.archive: unit=DAY requests_per_unit=30") {
 		t.Fatalf("/rlconfig: %d\n%s", code, body)
 	}
 }
@@ -432,24 +434,24 @@ func TestRatelimitReloadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, c := startRatelimit(t, nil, "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit")
-	if got := peerStatus(c.must("reload", desc("block", "foo"))); got != "OK | OK" {
+	if got := peerStatus(c.must("late", desc("closed", "door"))); got != "OK | OK" {
 		t.Fatalf("before the reload: %s", got)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "ratelimit/reload.yaml"))
+	b, err := os.ReadFile(filepath.Join(root, "ratelimit/reload_rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "ratelimit/config/reload.yaml"), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "ratelimit/config/reload_rules.yaml"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitAnswer(t, c, "reload", "OVER_LIMIT | OVER_LIMIT 0/SECOND left 0", desc("block", "foo"))
-	if got := peerStatus(c.must("reload", desc("key1", "foo"))); got != "OK | OK 50/SECOND left 49" {
+	waitAnswer(t, c, "late", "OVER_LIMIT | OVER_LIMIT 0/SECOND left 0", desc("closed", "door"))
+	if got := peerStatus(c.must("late", desc("probe", "p1"))); got != "OK | OK 25/SECOND left 24" {
 		t.Fatalf("after the reload: %s", got)
 	}
-	if err := os.Remove(filepath.Join(root, "ratelimit/config/reload.yaml")); err != nil {
+	if err := os.Remove(filepath.Join(root, "ratelimit/config/reload_rules.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	waitAnswer(t, c, "reload", "OK | OK", desc("block", "foo"))
+	waitAnswer(t, c, "late", "OK | OK", desc("closed", "door"))
 }
 
 // TestRatelimitShareThreshold re-writes testShareThreshold of the peer's
@@ -459,15 +461,17 @@ func TestRatelimitReloadConfig(t *testing.T) {
 func TestRatelimitShareThreshold(t *testing.T) {
 	clock, _ := testClockAt(time.Date(2027, 1, 5, 10, 1, 0, 0, time.UTC)) // far from the hour's end
 	_, c := startRatelimit(t, nil, append(peerRuntime(t), clock)...)
-	for i := 0; i < 10; i++ {
-		c.must("share-threshold-test", desc("files", "files/a.pdf"))
+	for i, v := range []string{"uploads/a.png", "uploads/b.png", "uploads/c/d.gif", "uploads/e"} {
+		if got, want := peerStatus(c.must("shared-paths", desc("bucket", v))), "OK | OK 4/HOUR left "+itoa(int64(3-i)); got != want {
+			t.Fatalf("%s: %s, want %s", v, got, want)
+		}
 	}
-	if got := peerStatus(c.must("share-threshold-test", desc("files", "files/b.csv"))); got != "OVER_LIMIT | OVER_LIMIT 10/HOUR left 0" {
-		t.Fatalf("files/b.csv after 10 of files/a.pdf: %s", got)
+	if got := peerStatus(c.must("shared-paths", desc("bucket", "uploads/f.txt"))); got != "OVER_LIMIT | OVER_LIMIT 4/HOUR left 0" {
+		t.Fatalf("uploads/f.txt after 4 other uploads/ values: %s", got)
 	}
-	for i := 0; i < 10; i++ {
-		v := "files_no_share/" + strconv.Itoa(i)
-		if got := peerStatus(c.must("share-threshold-test", desc("files_no_share", v))); got != "OK | OK 10/HOUR left 9" {
+	for i := 0; i < 6; i++ {
+		v := "own/" + strconv.Itoa(i)
+		if got := peerStatus(c.must("shared-paths", desc("own", v))); got != "OK | OK 4/HOUR left 3" {
 			t.Fatalf("%s: %s", v, got)
 		}
 	}

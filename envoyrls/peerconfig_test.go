@@ -14,7 +14,7 @@ func loadPeerFiles(t *testing.T, o LoadOptions, names ...string) (*Config, error
 	t.Helper()
 	dir := t.TempDir()
 	for i, n := range names {
-		b, err := os.ReadFile(filepath.Join("testdata/peer", n))
+		b, err := os.ReadFile(filepath.Join("testdata/ratelimit-format", n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,8 +27,8 @@ func loadPeerFiles(t *testing.T, o LoadOptions, names ...string) (*Config, error
 	return LoadConfigWith(dir, o)
 }
 
-// The files test/config/config_test.go expects the peer to reject, with
-// the words of its error (TestEmptyDomain, TestDuplicateDomain,
+// A file for each kind of mistake test/config/config_test.go expects the
+// peer to reject, with the words of its error (TestEmptyDomain, TestDuplicateDomain,
 // TestEmptyKey, TestDuplicateKey, TestDuplicateKeyDomainMerge,
 // TestBadLimitUnit, TestReplacesSelf, TestReplacesEmpty, TestBadYaml,
 // TestMisspelledKey, TestNonStringKey, TestNonMapList,
@@ -39,20 +39,20 @@ func TestPeerConfigRejects(t *testing.T) {
 		merge bool
 		want  string
 	}{
-		{[]string{"empty_domain.yaml"}, false, "empty_domain.yaml:1: the configuration has an empty or missing domain"},
-		{[]string{"basic_config.yaml", "duplicate_domain.yaml"}, false, "domain 'test-domain' is already configured"},
-		{[]string{"empty_key.yaml"}, false, "descriptor has empty key"},
-		{[]string{"duplicate_key.yaml"}, false, "duplicate descriptor composite key 'test-domain.key1_value1'"},
-		{[]string{"merge_domain_key1.yaml", "merge_domain_key1.yaml"}, true, "duplicate descriptor composite key 'test-domain.key1_value1'"},
-		{[]string{"bad_limit_unit.yaml"}, false, "invalid rate limit unit 'foo'"},
-		{[]string{"replaces_self.yaml"}, false, "replaces should not contain name of same descriptor"},
-		{[]string{"replaces_empty.yaml"}, false, "should not have an empty replaces entry"},
-		{[]string{"bad_yaml.yaml"}, false, "yaml: line 2: found unexpected end of stream"},
-		{[]string{"misspelled_key.yaml"}, false, "unknown key 'ratelimit'"},
-		{[]string{"misspelled_key2.yaml"}, false, "unknown key 'requestsperunit'"},
-		{[]string{"non_string_key.yaml"}, false, "unknown key '0.25'"},
-		{[]string{"non_map_list.yaml"}, false, "a descriptor must be a mapping"},
-		{[]string{"unlimited_with_unit.yaml"}, false, "should not specify rate limit unit when unlimited"},
+		{[]string{"reject_no_domain.yaml"}, false, "reject_no_domain.yaml:1: the configuration has an empty or missing domain"},
+		{[]string{"rules.yaml", "reject_domain_again.yaml"}, false, "reject_domain_again.yaml:2: domain 'media' is already configured in"},
+		{[]string{"reject_key_missing.yaml"}, false, "reject_key_missing.yaml:6: descriptor has empty key"},
+		{[]string{"reject_key_twice.yaml"}, false, "duplicate descriptor composite key 'media.tenant_acme.plan_gold'"},
+		{[]string{"merge_uploads.yaml", "merge_uploads.yaml"}, true, "duplicate descriptor composite key 'media.upload_image'"},
+		{[]string{"reject_unit_fortnight.yaml"}, false, "invalid rate limit unit 'fortnight'"},
+		{[]string{"reject_replaces_itself.yaml"}, false, "replaces should not contain name of same descriptor"},
+		{[]string{"reject_replaces_blank.yaml"}, false, "should not have an empty replaces entry"},
+		{[]string{"reject_not_yaml.yaml"}, false, "reject_not_yaml.yaml: yaml: line 4: found unexpected end of stream"},
+		{[]string{"reject_rate_limits_typo.yaml"}, false, "unknown key 'rate_limits'"},
+		{[]string{"reject_per_unit_typo.yaml"}, false, "unknown key 'request_per_unit'"},
+		{[]string{"reject_numeric_key.yaml"}, false, "unknown key '1.5'"},
+		{[]string{"reject_scalar_descriptors.yaml"}, false, "a descriptor must be a mapping"},
+		{[]string{"reject_unlimited_unit.yaml"}, false, "should not specify rate limit unit when unlimited"},
 	}
 	for _, c := range cases {
 		_, err := loadPeerFiles(t, LoadOptions{MergeDomains: c.merge}, c.files...)
@@ -65,25 +65,24 @@ func TestPeerConfigRejects(t *testing.T) {
 // From test/config/config_test.go TestDomainMerge: with
 // MERGE_DOMAIN_CONFIG the rules of one domain in two files add up.
 func TestPeerConfigMergesDomains(t *testing.T) {
-	c, err := loadPeerFiles(t, LoadOptions{MergeDomains: true}, "merge_domain_key1.yaml", "merge_domain_key2.yaml")
+	c, err := loadPeerFiles(t, LoadOptions{MergeDomains: true}, "merge_uploads.yaml", "merge_downloads.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key, want := range map[string]uint32{"key1": 10, "key2": 20} {
-		v := strings.Replace(key, "key", "value", 1)
-		if r := c.Match("test-domain", 1, func(int) (string, string) { return key, v }); r == nil || r.Limit.RequestsPerUnit != want {
-			t.Fatalf("%s=%s: %+v, want %d per unit", key, v, r, want)
+	for key, want := range map[string]uint32{"upload": 12, "download": 36} {
+		if r := c.Match("media", 1, func(int) (string, string) { return key, "image" }); r == nil || r.Limit.RequestsPerUnit != want {
+			t.Fatalf("%s=image: %+v, want %d per unit", key, r, want)
 		}
 	}
-	if _, err := loadPeerFiles(t, LoadOptions{}, "merge_domain_key1.yaml", "merge_domain_key2.yaml"); err == nil {
+	if _, err := loadPeerFiles(t, LoadOptions{}, "merge_uploads.yaml", "merge_downloads.yaml"); err == nil {
 		t.Fatal("two files of one domain load without MERGE_DOMAIN_CONFIG")
 	}
 }
 
-// The files the peer's config tests load (TestBasicConfig,
+// Files of the kinds the peer's config tests load (TestBasicConfig,
 // TestShadowModeConfig, TestWildcardConfig, metadata, share_threshold).
 func TestPeerConfigLoads(t *testing.T) {
-	for _, f := range []string{"basic_config.yaml", "shadowmode_config.yaml", "wildcard.yaml", "metadata.yaml", "share_threshold.yaml"} {
+	for _, f := range []string{"rules.yaml", "shadow.yaml", "wildcards.yaml", "with_metadata.yaml", "shared_counters.yaml"} {
 		if _, err := loadPeerFiles(t, LoadOptions{}, f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -150,11 +149,11 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 // matched, even with value_to_metric or detailed_metric, which otherwise
 // name the request's values.
 func TestPeerMetricLabels(t *testing.T) {
-	b, err := os.ReadFile("testdata/peer/share_threshold.yaml")
+	b, err := os.ReadFile("testdata/ratelimit-format/shared_counters.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseConfig("share_threshold.yaml", b)
+	cfg, err := ParseConfig("shared_counters.yaml", b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,17 +164,19 @@ func TestPeerMetricLabels(t *testing.T) {
 		kv   []string
 		want string
 	}{
-		{[]string{"files", "files/a.txt"}, "test-domain.files_files/*"},
-		{[]string{"route", "api/v1", "method", "GET"}, "test-domain.route_api/*.method"},
-		{[]string{"service", "svc/user", "endpoint", "get"}, "test-domain.service_svc/*.endpoint_get"},
-		{[]string{"nested", "parent", "files", "nested/file1.txt"}, "test-domain.nested_parent.files_nested/*"},
-		{[]string{"files", "top/file1.txt", "files", "nested/file1.txt"}, "test-domain.files_top/*.files_nested/*"},
-		{[]string{"path", "path/foo", "file", "file/doc1", "type", "pdf"}, "test-domain.path_path/*.file_file/*.type"},
-		{[]string{"file", "test1"}, "test-domain.file_test1"},
-		{[]string{"midroute", "/api-x-v2"}, "test-domain.midroute_/api*v2"},
+		{[]string{"blob", "blobs/x.bin"}, "assets.blob_blobs/*"},
+		{[]string{"api", "v2/users", "verb", "POST"}, "assets.api_v2/*.verb"},
+		{[]string{"queue", "q/mail", "op", "send"}, "assets.queue_q/*.op_send"},
+		{[]string{"project", "main", "blob", "deep/y.dat"}, "assets.project_main.blob_deep/*"},
+		{[]string{"blob", "outer/1", "blob", "inner/2"}, "assets.blob_outer/*.blob_inner/*"},
+		{[]string{"dir", "dir/a", "doc", "doc/b", "format", "svg"}, "assets.dir_dir/*.doc_doc/*.format"},
+		{[]string{"doc", "report"}, "assets.doc_report"},
+		{[]string{"doc", "repo"}, "assets.doc_rep*"},
+		{[]string{"gateway", "/gw-1-east"}, "assets.gateway_/gw*east"},
+		{[]string{"zone", "z1prod", "shard", "s9b"}, "assets.zone_z*prod.shard_s*b"},
 	} {
 		w := &work{cfg: cfg}
-		req := &rlsv3.RateLimitRequest{Domain: "test-domain", Descriptors: []*rlcommon.RateLimitDescriptor{desc(c.kv...)}}
+		req := &rlsv3.RateLimitRequest{Domain: "assets", Descriptors: []*rlcommon.RateLimitDescriptor{desc(c.kv...)}}
 		if err := s.prepare(req, w); err != nil {
 			t.Fatal(err)
 		}
