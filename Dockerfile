@@ -38,11 +38,16 @@ RUN ldflags="-s -w"; \
 # The final image has no shell to mkdir with: make the data directory here
 # and copy it with its owner (65532 is distroless' nonroot user).
 RUN mkdir -p /out/data && chown 65532:65532 /out/data && chmod 0750 /out/data
+# /bin/ratelimit, as envoyproxy/ratelimit's image has it: a link to sluice,
+# which run under that name is the drop-in (docs/envoy.md). A Deployment of
+# envoyproxy/ratelimit (command /bin/ratelimit) switches by its image alone.
+RUN mkdir -p /out/bin && ln -s /usr/local/bin/sluice /out/bin/ratelimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 LABEL org.opencontainers.image.title="sluice" \
       org.opencontainers.image.description="Rate-limit server speaking the Redis protocol, with a budget tree replicated through Raft"
 COPY --from=build /out/sluice /usr/local/bin/sluice
+COPY --from=build /out/bin/ /bin/
 COPY --from=build --chown=65532:65532 /out/data /var/lib/sluice
 ENV SLUICE_RESP_ADDR=0.0.0.0:6380 \
     SLUICE_HTTP_ADDR=0.0.0.0:9380 \
@@ -50,7 +55,9 @@ ENV SLUICE_RESP_ADDR=0.0.0.0:6380 \
     SLUICE_LOG_FORMAT=json
 USER nonroot
 VOLUME ["/var/lib/sluice"]
-# RESP, Raft, HTTP (/metrics, /healthz, /readyz).
+# RESP, Raft, HTTP (/metrics, /healthz, /readyz). Run as /bin/ratelimit,
+# the node listens on envoyproxy/ratelimit's ports instead (HTTP 8080, gRPC
+# 8081, debug 6070, from its PORT, GRPC_PORT and DEBUG_PORT).
 EXPOSE 6380 7380 9380
 HEALTHCHECK --interval=10s --timeout=5s --start-period=20s --retries=3 \
     CMD ["/usr/local/bin/sluice", "healthcheck"]

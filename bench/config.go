@@ -117,7 +117,7 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	fs.Var(flagx.Int[int64]{P: &c.RateLimit, Lo: 0, Hi: maxRequests}, "rate-limit", "open loop: send `N` requests/s over all connections; 0 runs as fast as the server answers")
 	fs.StringVar(&raw.timeout, "timeout", raw.timeout, "`duration` allowed to connect and for any reply to arrive")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
-	fs.BoolVar(&c.GRPC, "grpc", false, "drive Envoy's rate limit service (ShouldRateLimit over gRPC) at -h, sluice's --grpc-addr: one descriptor (key, key:N) per request with a limit override of --rate per --per; -P calls in flight per connection; mix acquire only")
+	fs.BoolVar(&c.GRPC, "grpc", false, "drive Envoy's rate limit service (ShouldRateLimit over gRPC) at -h, sluice's --grpc-addr: one descriptor (key, key:N) per request with a limit override of --rate per --per (it counts only if the server has rules for --domain, as in envoyproxy/ratelimit); -P calls in flight per connection; mix acquire only")
 	fs.StringVar(&c.Domain, "domain", "bench", "`domain` of the --grpc requests")
 	return fs
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ShouldRateLimit over gRPC beside RL.ACQUIRE over RESP (make bench-envoy):
-# builds sluice and the bench tool, starts one node with --grpc-addr on
-# free loopback ports, and for ROUNDS rounds (default 3) runs back to back
+# builds sluice and the bench tool, starts one node with --grpc-addr (and
+# rules for the domain bench) on free loopback ports, and for ROUNDS rounds (default 3) runs back to back
 #   RESP:  RL.ACQUIRE key:N RATE 1000000000 PER minute   (-c C -P 1)
 #   gRPC:  ShouldRateLimit domain bench, descriptor (key, key:N) with a
 #          limit override of 1000000000 per minute        (-c C/8 -P 8)
@@ -23,7 +23,10 @@ trap 'exit 130' INT TERM
 go build -o "$TMP/sluice" ./cmd/sluice
 go build -o "$TMP/bench" ./bench
 free_port GRPC_PORT
-start_sluice "$TMP/sluice" --grpc-addr "127.0.0.1:$GRPC_PORT"
+# A limit override counts only in a domain with rules (as in
+# envoyproxy/ratelimit): the domain bench has rules, none of which match.
+printf 'domain: bench\n' > "$TMP/rules.yaml"
+start_sluice "$TMP/sluice" --grpc-addr "127.0.0.1:$GRPC_PORT" --envoy-config "$TMP/rules.yaml"
 
 bench() {
   if [ -n "${BENCH_GOMAXPROCS:-}" ]; then

@@ -37,7 +37,12 @@ func rlsServer(t *testing.T) string {
 	svc := &svclimiter.Service{Store: engine.New(engine.Options{Shards: 8}), Cluster: &fixedCluster{raftfsm.State{Tree: budget.Empty}},
 		Clock: func() int64 { return time.Now().UnixNano() }}
 	g := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(g, envoyrls.NewServer(svc, nil, nil, 1024))
+	// A limit override counts only in a domain with rules.
+	cfg, err := envoyrls.ParseConfig("bench.yaml", []byte("domain: bench\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rlsv3.RegisterRateLimitServiceServer(g, envoyrls.NewServer(svc, cfg, nil, 1024))
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	return ln.Addr().String()

@@ -202,10 +202,15 @@ func TestEnvoyRLS(t *testing.T) {
 	t.Run("limit override", func(t *testing.T) {
 		d := desc("route", "checkout")
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
-		if got, want := codeList(c.sequence(3, "gateway", d)...), codeList(ok, ok, over); got != want {
+		if got, want := codeList(c.sequence(3, "rl", d)...), codeList(ok, ok, over); got != want {
 			t.Fatalf("override sequence %s, want %s", got, want)
 		}
-		resp := c.must("gateway", d)
+		// As in envoyproxy/ratelimit, an override counts only in a domain
+		// with rules: "gateway" has none (and no budget node).
+		if got, want := codeList(c.sequence(3, "gateway", d)...), codeList(ok, ok, ok); got != want {
+			t.Fatalf("override in a domain without rules: %s, want %s", got, want)
+		}
+		resp := c.must("rl", d)
 		if l := resp.Statuses[0].CurrentLimit; l.RequestsPerUnit != 2 || l.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 			t.Fatalf("override current_limit %v", l)
 		}

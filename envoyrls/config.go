@@ -13,6 +13,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -77,14 +78,23 @@ type Rule struct {
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
+	// QuotaMode (quota_mode, read with LoadOptions.QuotaMode): the rule's
+	// refusal fails the request only if every quota rule of it refuses.
+	QuotaMode bool
+	// Metadata is the rule's metadata, returned in dynamic_metadata with
+	// Options.DynamicMetadata; nil when none.
+	Metadata *structpb.Struct
 	// File and Line say where the rule is written.
 	File string
 	Line int
 
-	parts     []string // Value split at '*' when it is a pattern
-	metric    string   // the metrics label: domain.key_value.key…
-	children  ruleSet
-	childList *yaml.Node // while loading
+	parts  []string // Value split at '*' when it is a pattern
+	metric string   // the metrics label: domain.key_value.key…
+	// valueLabel: this rule or one above it has value_to_metric, so the
+	// label names values of the request.
+	valueLabel bool
+	children   ruleSet
+	childList  *yaml.Node // while loading
 }
 
 // Metric is the rule's metrics label: the domain and the composite keys
@@ -107,6 +117,37 @@ type keyRules struct {
 type Config struct {
 	domains map[string]*domainRules
 	files   []string
+	opts    LoadOptions
+	// warnings are what the files hold that is ignored, one line each.
+	warnings []string
+}
+
+// LoadOptions say which files a directory contributes and how domains
+// written twice combine.
+type LoadOptions struct {
+	// Tree reads every file below the directory, whatever its name, as
+	// envoyproxy/ratelimit's runtime loader does; otherwise only the
+	// directory's own *.yaml and *.yml files, and at least one.
+	Tree bool
+	// IgnoreDotFiles skips files and directories whose names start with a
+	// dot (RUNTIME_IGNOREDOTFILES), in a Tree.
+	IgnoreDotFiles bool
+	// MergeDomains adds the rules of a domain written in several files
+	// together (MERGE_DOMAIN_CONFIG); otherwise a second one is an error.
+	MergeDomains bool
+	// QuotaMode accepts quota_mode: true (envoyproxy/ratelimit's quota
+	// rules, answered with Options.PerDescriptor); otherwise it is refused,
+	// as it means nothing when descriptors are admitted all together.
+	QuotaMode bool
+}
+
+// Warnings returns one line for each thing of the files that was ignored,
+// such as a known key written where it means nothing.
+func (c *Config) Warnings() []string {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
 }
 
 type domainRules struct {
@@ -224,12 +265,15 @@ func wildcardMatch(parts []string, value string) bool {
 // LoadConfig reads envoyproxy/ratelimit configuration from path: one YAML
 // file, or every *.yaml and *.yml file of a directory (not recursing), in
 // name order. Errors name the file and line.
-func LoadConfig(path string) (*Config, error) {
-	files, err := configFiles(path)
+func LoadConfig(path string) (*Config, error) { return LoadConfigWith(path, LoadOptions{}) }
+
+// LoadConfigWith is LoadConfig with the choices of o.
+func LoadConfigWith(path string, o LoadOptions) (*Config, error) {
+	files, err := configFiles(path, o)
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{domains: map[string]*domainRules{}}
+	c := &Config{domains: map[string]*domainRules{}, opts: o}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -246,13 +290,16 @@ func LoadConfig(path string) (*Config, error) {
 // path each time (not a descriptor kept open), so that a directory or file
 // replaced through a symbolic link, as Kubernetes swaps a ConfigMap, is
 // read anew.
-func configFiles(path string) ([]string, error) {
+func configFiles(path string, o LoadOptions) ([]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("--envoy-config: %v", err)
 	}
 	if !st.IsDir() {
 		return []string{path}, nil
+	}
+	if o.Tree {
+		return treeFiles(path, o.IgnoreDotFiles)
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
@@ -270,11 +317,48 @@ func configFiles(path string) ([]string, error) {
 	return files, nil
 }
 
+// treeFiles lists every regular file below dir (following the links a
+// ConfigMap's files are), in name order; with ignoreDot, names starting
+// with a dot are skipped, directories with their contents.
+func treeFiles(dir string, ignoreDot bool) ([]string, error) {
+	// The root itself may be a link (RUNTIME_ROOT's "current" usually is).
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--envoy-config: %v", err)
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("--envoy-config: %v", err)
+		}
+		if p == dir {
+			return nil
+		}
+		if ignoreDot && strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files, err
+}
+
 // Fingerprint returns a digest of the names and contents of the files
 // LoadConfig would read from path: it changes when, and only when, what
 // LoadConfig would load may have changed.
-func Fingerprint(path string) (string, error) {
-	files, err := configFiles(path)
+func Fingerprint(path string) (string, error) { return FingerprintWith(path, LoadOptions{}) }
+
+// FingerprintWith is Fingerprint of what LoadConfigWith(path, o) reads.
+func FingerprintWith(path string, o LoadOptions) (string, error) {
+	files, err := configFiles(path, o)
 	if err != nil {
 		return "", err
 	}
@@ -293,7 +377,12 @@ func Fingerprint(path string) (string, error) {
 // ParseConfig reads configuration from YAML documents in memory; name is
 // the file name its errors give.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	c := &Config{domains: map[string]*domainRules{}}
+	return ParseConfigWith(name, data, LoadOptions{})
+}
+
+// ParseConfigWith is ParseConfig with the choices of o.
+func ParseConfigWith(name string, data []byte, o LoadOptions) (*Config, error) {
+	c := &Config{domains: map[string]*domainRules{}, opts: o}
 	if err := c.add(name, data); err != nil {
 		return nil, err
 	}
@@ -337,8 +426,16 @@ func (c *Config) add(file string, data []byte) error {
 	return nil
 }
 
-// fields checks that n is a mapping of known keys and returns its values.
-func fields(file string, n *yaml.Node, what string, known ...string) (map[string]*yaml.Node, error) {
+// peerKeys are the keys envoyproxy/ratelimit accepts anywhere in a file:
+// one of them written where it means nothing is ignored (with a warning),
+// as there, and any other key is an error.
+var peerKeys = map[string]bool{"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true,
+	"unit": true, "requests_per_unit": true, "unlimited": true, "shadow_mode": true, "quota_mode": true, "name": true,
+	"replaces": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true}
+
+// fields checks that n is a mapping of known keys and returns their
+// values; a key known elsewhere in a file is ignored with a warning.
+func (c *Config) fields(file string, n *yaml.Node, what string, known ...string) (map[string]*yaml.Node, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, &configError{file, n.Line, what + " must be a mapping of keys to values"}
 	}
@@ -348,6 +445,10 @@ func fields(file string, n *yaml.Node, what string, known ...string) (map[string
 		ok := false
 		for _, name := range known {
 			ok = ok || k.Value == name
+		}
+		if !ok && peerKeys[k.Value] {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: key '%s' means nothing in %s and is ignored (accepted there: %s)", file, k.Line, k.Value, what, strings.Join(known, ", ")))
+			continue
 		}
 		if !ok {
 			return nil, &configError{file, k.Line, fmt.Sprintf("unknown key '%s' in %s (accepted: %s)", k.Value, what, strings.Join(known, ", "))}
@@ -382,7 +483,7 @@ func boolean(file string, n *yaml.Node, name string) (bool, error) {
 }
 
 func (c *Config) addDomain(file string, root *yaml.Node) error {
-	f, err := fields(file, root, "the file", "domain", "descriptors")
+	f, err := c.fields(file, root, "the file", "domain", "descriptors")
 	if err != nil {
 		return err
 	}
@@ -393,18 +494,23 @@ func (c *Config) addDomain(file string, root *yaml.Node) error {
 	if name == "" {
 		return &configError{file, root.Line, "the configuration has an empty or missing domain"}
 	}
-	if prev, ok := c.domains[name]; ok {
-		return &configError{file, f["domain"].Line, fmt.Sprintf("domain '%s' is already configured in %s", name, prev.file)}
+	d, ok := c.domains[name]
+	switch {
+	case ok && !c.opts.MergeDomains:
+		return &configError{file, f["domain"].Line, fmt.Sprintf("domain '%s' is already configured in %s", name, d.file)}
+	case !ok:
+		d = &domainRules{name: name, rules: ruleSet{}, file: file}
 	}
-	d := &domainRules{name: name, rules: ruleSet{}, file: file}
-	if err := c.addRules(file, name, d.rules, f["descriptors"], name); err != nil {
+	// Merged: the rules join the domain's; a composite key written twice
+	// is an error as within one file.
+	if err := c.addRules(file, name, d.rules, f["descriptors"], name, false); err != nil {
 		return err
 	}
 	c.domains[name] = d
 	return nil
 }
 
-func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, metric string) error {
+func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, metric string, valueLabel bool) error {
 	if list == nil || list.Tag == "!!null" {
 		return nil
 	}
@@ -412,7 +518,7 @@ func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, met
 		return &configError{file, list.Line, "descriptors must be a list"}
 	}
 	for _, n := range list.Content {
-		r, err := parseRule(file, n)
+		r, err := c.parseRule(file, n)
 		if err != nil {
 			return err
 		}
@@ -447,7 +553,8 @@ func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, met
 			return &configError{file, r.Line, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)}
 		}
 		r.children = ruleSet{}
-		if err := c.addRules(file, domain, r.children, r.childList, r.metric); err != nil {
+		r.valueLabel = valueLabel || r.ValueToMetric
+		if err := c.addRules(file, domain, r.children, r.childList, r.metric, r.valueLabel); err != nil {
 			return err
 		}
 		r.childList = nil
@@ -455,8 +562,8 @@ func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, met
 	return nil
 }
 
-func parseRule(file string, n *yaml.Node) (*Rule, error) {
-	f, err := fields(file, n, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode",
+func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
+	f, err := c.fields(file, n, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata")
 	if err != nil {
 		return nil, err
@@ -479,20 +586,31 @@ func parseRule(file string, n *yaml.Node) (*Rule, error) {
 	}
 	if q, err := boolean(file, f["quota_mode"], "quota_mode"); err != nil {
 		return nil, err
-	} else if q {
+	} else if q && !c.opts.QuotaMode {
 		return nil, &configError{file, f["quota_mode"].Line, "quota_mode is not supported: sluice admits every descriptor of a request together or not at all; use a calendar quota on a budget node instead"}
+	} else {
+		r.QuotaMode = q
 	}
 	if rl := f["rate_limit"]; rl != nil && rl.Tag != "!!null" {
-		if r.Limit, err = parseLimit(file, rl); err != nil {
+		if r.Limit, err = c.parseLimit(file, rl); err != nil {
 			return nil, err
+		}
+	}
+	if md := f["metadata"]; md != nil && md.Tag != "!!null" {
+		var v map[string]any
+		if err := md.Decode(&v); err == nil {
+			r.Metadata, err = structpb.NewStruct(v)
+		}
+		if err != nil || r.Metadata == nil {
+			return nil, &configError{file, md.Line, "metadata must be a mapping of names to values"}
 		}
 	}
 	r.childList = f["descriptors"]
 	return r, nil
 }
 
-func parseLimit(file string, n *yaml.Node) (*Limit, error) {
-	f, err := fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces")
+func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
+	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces")
 	if err != nil {
 		return nil, err
 	}
@@ -521,7 +639,8 @@ func parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	l.Unit, l.window = uw.unit, uw.window
 	if rpu := f["requests_per_unit"]; rpu != nil && rpu.Tag != "!!null" {
 		var v int64
-		if rpu.Kind != yaml.ScalarNode || rpu.Decode(&v) != nil || v < 0 || v > math.MaxUint32 {
+		// The tag first: yaml.v3 would decode 1.5 into an integer as 1.
+		if rpu.Kind != yaml.ScalarNode || rpu.ShortTag() != "!!int" || rpu.Decode(&v) != nil || v < 0 || v > math.MaxUint32 {
 			return nil, &configError{file, rpu.Line, fmt.Sprintf("requests_per_unit must be an integer between 0 and %d", uint32(math.MaxUint32))}
 		}
 		l.RequestsPerUnit = uint32(v)
@@ -536,7 +655,7 @@ func parseLimit(file string, n *yaml.Node) (*Limit, error) {
 			return nil, &configError{file, rep.Line, "replaces must be a list of {name: …}"}
 		}
 		for _, e := range rep.Content {
-			ef, err := fields(file, e, "a replaces entry", "name")
+			ef, err := c.fields(file, e, "a replaces entry", "name")
 			if err != nil {
 				return nil, err
 			}

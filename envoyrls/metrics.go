@@ -14,6 +14,10 @@ import (
 type Metrics struct {
 	requests    *prometheus.CounterVec
 	descriptors *prometheus.CounterVec
+	loads       *prometheus.CounterVec
+	loadedOK    prometheus.Gauge
+	reg         prometheus.Registerer
+	peer        *peerStats // envoyproxy/ratelimit's stats, in the drop-in
 
 	mu    sync.RWMutex
 	cache map[[3]string]prometheus.Counter
@@ -27,9 +31,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_descriptors_total",
 			Help: "ShouldRateLimit descriptors by domain, rule and result (ok, over_limit, shadow_over_limit, unlimited, no_limit)."},
 			[]string{"domain", "descriptor", "result"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_envoy_config_loads_total",
+			Help: "Loads of the Envoy rule files, at start and on each change, by result (ok, error): an error leaves the rules in force."}, []string{"result"}),
+		loadedOK: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_envoy_config_last_load_ok",
+			Help: "1 if the last load of the Envoy rule files succeeded, 0 if it failed (the rules in force are older than the files)."}),
 		cache: map[[3]string]prometheus.Counter{},
+		reg:   reg,
 	}
-	reg.MustRegister(m.requests, m.descriptors)
+	reg.MustRegister(m.requests, m.descriptors, m.loads, m.loadedOK)
 	return m
 }
 
@@ -53,4 +62,24 @@ func (m *Metrics) request(domain, result string) {
 
 func (m *Metrics) descriptor(domain, descriptor, result string) {
 	m.counter(m.descriptors, [3]string{domain, descriptor, result}, domain, descriptor, result).Inc()
+}
+
+// ConfigLoad counts a load of the rule files that succeeded or failed.
+func (m *Metrics) ConfigLoad(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.loads.WithLabelValues("ok").Inc()
+		m.loadedOK.Set(1)
+		if m.peer != nil {
+			m.peer.loadOK.Inc()
+		}
+		return
+	}
+	m.loads.WithLabelValues("error").Inc()
+	m.loadedOK.Set(0)
+	if m.peer != nil {
+		m.peer.loadError.Inc()
+	}
 }

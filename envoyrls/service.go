@@ -2,20 +2,25 @@
 // protocol (envoy.service.ratelimit.v3.RateLimitService): it maps each
 // ShouldRateLimit request onto one call of the service core
 // (limiter.Service), every descriptor a part of that call, so that the
-// descriptors of a request are admitted together or not at all.
+// descriptors of a request are admitted together or not at all — or, under
+// Options that `sluice ratelimit` sets (options.go, peer.go), answers as
+// envoyproxy/ratelimit does, each descriptor charged on its own.
 //
 // A descriptor is limited by the first of: its own limit override (an
-// inline fixed window); the rules of its domain when the domain is in the
-// envoyproxy/ratelimit configuration loaded with --envoy-config (Config:
-// an inline fixed window per matched rule, keyed by the request's entries
-// as envoyproxy/ratelimit keys its counters); otherwise the budget tree,
-// at the path domain/key1/value1/…/keyN/valueN with valueN as the subject
-// (KEY). docs/envoy.md states the mapping for users.
+// inline fixed window), in a domain with rules; the rules of its domain
+// when the domain is in the envoyproxy/ratelimit configuration loaded with
+// --envoy-config (Config: an inline fixed window per matched rule, keyed by
+// the request's entries as envoyproxy/ratelimit keys its counters);
+// otherwise the budget tree, at the path domain/key1/value1/…/keyN/valueN
+// with valueN as the subject (KEY), unless Options.RulesOnly.
+// docs/envoy.md states the mapping for users.
 package envoyrls
 
 import (
 	"context"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,12 +60,13 @@ type Server struct {
 	// MaxKeyLen bounds the keys and paths a descriptor builds (--max-key-len).
 	maxKeyLen int
 	pool      sync.Pool
+	opts      Options
 }
 
 // NewServer returns the Envoy front of svc with the loaded configuration
 // cfg (nil: every domain maps onto the budget tree); m may be nil.
 func NewServer(svc *limiter.Service, cfg *Config, m *Metrics, maxKeyLen int) *Server {
-	s := &Server{svc: svc, metrics: m, maxKeyLen: maxKeyLen}
+	s := &Server{svc: svc, metrics: m, maxKeyLen: maxKeyLen, opts: SluiceOptions()}
 	s.cfg.Store(cfg)
 	s.pool.New = func() any { return new(work) }
 	return s
@@ -106,6 +112,11 @@ type part struct {
 	reset     int64 // ns
 	retry     int64 // ns, -1 never
 	shadowHit bool  // a shadow_mode rule that would have refused
+	over      bool  // PerDescriptor with StopIncrementWhenOverLimit: would go over
+	quota     bool  // PerDescriptor: a quota descriptor (quota_mode, QUOTA_MODE)
+	// PerDescriptor: the window's count before and after the request, as
+	// envoyproxy/ratelimit's stats count them.
+	before, after int64
 }
 
 // work is the reusable state of one request.
@@ -115,6 +126,9 @@ type work struct {
 	buf   []byte
 	sc    limiter.Scratch
 	cfg   *Config // the configuration this request is decided by
+	now   int64   // the service clock when the request began (ns)
+	path  []*Rule // the rules the descriptor being classified matched
+	flag  []byte  // the key of a PerDescriptor over-limit flag
 }
 
 func (s *Server) domainLabel(domain string, w *work) string {
@@ -130,21 +144,37 @@ func (s *Server) domainLabel(domain string, w *work) string {
 	return "unknown"
 }
 
-// ShouldRateLimit decides a request: every descriptor that limits is a
-// part of one call, admitted together or not at all.
+// ShouldRateLimit decides a request: under sluice's semantics every
+// descriptor that limits is a part of one call, admitted together or not
+// at all; with Options.PerDescriptor each is charged on its own, as
+// envoyproxy/ratelimit charges them.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(req)
+	if err != nil && s.metrics != nil && s.metrics.peer != nil {
+		s.metrics.peer.callErrors.WithLabelValues("service_error").Inc()
+	}
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return nil, s.requestError("rate limit domain must not be empty")
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return nil, s.requestError("rate limit descriptor list must not be empty")
 	}
-	if len(req.Descriptors) > budget.MaxParts {
+	if len(req.Descriptors) > budget.MaxParts && !s.opts.PerDescriptor {
+		// One call holds at most MaxParts parts; charged one by one, a
+		// request may carry any number, as the peer's.
 		return nil, status.Errorf(codes.InvalidArgument, "a request may carry at most %d descriptors, this one has %d", budget.MaxParts, len(req.Descriptors))
 	}
 	w := s.pool.Get().(*work)
 	defer s.pool.Put(w)
 	w.cfg = s.cfg.Load()
+	if w.cfg == nil && s.opts.RulesOnly {
+		return nil, errNoConfig
+	}
+	w.now = s.svc.Clock()
 	resp, err := s.decide(req, w)
 	if err != nil {
 		return nil, err
@@ -153,6 +183,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitResponse, error) {
+	if err := s.prepare(req, w); err != nil {
+		return nil, err
+	}
+	if s.opts.PerDescriptor {
+		admitted, err := s.chargeEach(w)
+		if err != nil {
+			return nil, err
+		}
+		return s.respond(req, w, admitted, false, &limiter.Outcome{}), nil
+	}
+	return s.chargeTogether(req, w)
+}
+
+// prepare classifies every descriptor of req and builds its call.
+func (s *Server) prepare(req *rlsv3.RateLimitRequest, w *work) error {
 	domain := req.Domain
 	n := len(req.Descriptors)
 	if cap(w.parts) < n {
@@ -169,7 +214,7 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		p := &w.parts[i]
 		*p = part{}
 		if err := s.classify(domain, d, hits, p, w); err != nil {
-			return nil, err
+			return err
 		}
 		replaced = replaced || p.rule != nil && len(p.rule.Limit.Replaces) > 0
 	}
@@ -198,7 +243,12 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 			}
 		}
 	}
+	return nil
+}
 
+// chargeTogether decides every descriptor that limits as a part of one
+// call, admitted together or not at all (sluice's semantics).
+func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitResponse, error) {
 	denied := false
 	w.group = w.group[:0]
 	for i := range w.parts {
@@ -231,16 +281,14 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		case noLimit, unlimited:
 			continue
 		case refund:
-			o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
-			if err != nil {
-				return nil, grpcError(err)
+			if err := s.refund(p, w); err != nil {
+				return nil, err
 			}
-			p.describe(&o)
 			continue
 		}
 		if p.deny {
 			p.code, p.remaining, p.limit, p.retry = rlsv3.RateLimitResponse_OVER_LIMIT, 0, 0, -1
-			p.reset = p.windowLeft(s.svc.Clock())
+			p.reset = p.windowLeft(w.now)
 			if p.kind == shadow {
 				p.code, p.shadowHit = rlsv3.RateLimitResponse_OK, true
 			}
@@ -281,6 +329,16 @@ func (s *Server) decide(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.RateLimitR
 		}
 	}
 	return s.respond(req, w, admitted, denied, &out), nil
+}
+
+// refund gives back the tokens of an is_negative_hits descriptor.
+func (s *Server) refund(p *part, w *work) error {
+	o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
+	if err != nil {
+		return grpcError(err)
+	}
+	p.describe(&o)
+	return nil
 }
 
 func containsName(names []string, n string) bool {
@@ -324,13 +382,24 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 	p.call = budget.Call{Cost: hits, HasCost: true}
 	entries := d.GetEntries()
 	if len(entries) == 0 {
+		if s.opts.RulesOnly {
+			return nil // as the peer: no rule matches no entries
+		}
 		return status.Error(codes.InvalidArgument, "a descriptor must have at least one entry")
+	}
+	if !w.cfg.HasDomain(domain) {
+		// A limit override counts only in a domain with rules, as in
+		// envoyproxy/ratelimit.
+		if s.opts.RulesOnly {
+			return nil
+		}
+		return s.budgetPath(domain, d, p, w)
 	}
 	if lo := d.GetLimit(); lo != nil {
 		// An override: an inline fixed window on the descriptor's key.
 		window := UnitWindow(Unit(lo.GetUnit()))
 		if window == 0 {
-			return status.Errorf(codes.InvalidArgument, "limit override: unit must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
+			return s.requestError("limit override: unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR")
 		}
 		p.rpu, p.unit, p.window = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window
 		p.metric = domain + ".override"
@@ -346,41 +415,44 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 		}
 		return s.inlineKey(domain, entries, nil, p, w)
 	}
-	if w.cfg.HasDomain(domain) {
-		r := w.cfg.Match(domain, len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
-		if r == nil {
-			return nil
-		}
-		p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
-		if r.DetailedMetric {
-			// Opted in: one label per value seen (envoyproxy/ratelimit's
-			// detailed_metric), at the cost of a string per descriptor.
-			m := domain
-			for _, e := range entries {
-				m += "." + e.GetKey() + "_" + e.GetValue()
-			}
-			p.metric = m
-		}
-		if r.Limit.Unlimited {
-			p.kind = unlimited
-			return nil
-		}
-		p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
-		p.kind = limited
-		if r.ShadowMode {
-			p.kind = shadow
-		}
-		if p.rpu == 0 {
-			p.deny = true
-		} else {
-			p.call.Rate = &r.Limit.lim
-		}
-		if d.GetIsNegativeHits() && !p.deny {
-			p.kind = refund
-		}
-		return s.inlineKey(domain, entries, r, p, w)
+	return s.ruleLimit(domain, d, p, w)
+}
+
+// ruleLimit limits descriptor d of a domain with rules by the rule it
+// matches, if any.
+func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
+	entries := d.GetEntries()
+	// The rule of the last entry, when every entry matched (Match).
+	w.matchedPath(domain, entries)
+	if len(w.path) < len(entries) || w.path[len(entries)-1].Limit == nil {
+		return nil
 	}
-	return s.budgetPath(domain, d, p, w)
+	r := w.path[len(entries)-1]
+	p.rule, p.metric, p.name = r, r.metric, r.Limit.Name
+	if r.DetailedMetric || r.valueLabel {
+		// Opted in: labels that name values (envoyproxy/ratelimit's
+		// detailed_metric, value_to_metric), at the cost of a string per
+		// descriptor.
+		p.metric = w.label(domain, entries, r.DetailedMetric)
+	}
+	if r.Limit.Unlimited {
+		p.kind = unlimited
+		return nil
+	}
+	p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
+	p.kind = limited
+	if r.ShadowMode {
+		p.kind = shadow
+	}
+	if p.rpu == 0 {
+		p.deny = true
+	} else {
+		p.call.Rate = &r.Limit.lim
+	}
+	if d.GetIsNegativeHits() && !p.deny {
+		p.kind = refund
+	}
+	return s.inlineKey(domain, entries, r, p, w)
 }
 
 // inlineKey builds the counter key of a descriptor limited inline:
@@ -389,15 +461,13 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w *work) error {
 	p.keyFrom = len(w.buf)
 	w.buf = append(append(w.buf, KeyPrefix...), domain...)
-	var shared [budget.MaxParts]string
-	if r != nil {
-		// The rules down to r, from the leaf up, say which values are shared.
-		s.sharedPatterns(w.cfg, domain, entries, shared[:])
+	if r == nil {
+		w.path = w.path[:0] // an override: no rules, no shared values
 	}
 	for i, e := range entries {
 		w.buf = append(append(append(w.buf, '/'), e.GetKey()...), '=')
-		if i < len(shared) && shared[i] != "" {
-			w.buf = append(w.buf, shared[i]...)
+		if v := w.shared(i); v != "" {
+			w.buf = append(w.buf, v...)
 		} else {
 			w.buf = append(w.buf, e.GetValue()...)
 		}
@@ -409,12 +479,12 @@ func (s *Server) inlineKey(domain string, entries []*entry, r *Rule, p *part, w 
 	return nil
 }
 
-// sharedPatterns sets shared[i] to the value pattern of the rule matched
-// by entry i when that rule shares its threshold (share_threshold).
-func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, shared []string) {
-	d := cfg.domains[domain]
-	set := d.rules
-	for i, e := range entries {
+// matchedPath sets w.path to the rules the entries matched, level by
+// level as Match walks them, one per entry up to where matching stopped.
+func (w *work) matchedPath(domain string, entries []*entry) {
+	w.path = w.path[:0]
+	set := w.cfg.domains[domain].rules
+	for _, e := range entries {
 		kr := set[e.GetKey()]
 		if kr == nil {
 			return
@@ -424,9 +494,6 @@ func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, sh
 			for _, r := range kr.patterns {
 				if wildcardMatch(r.parts, e.GetValue()) {
 					next = r
-					if r.ShareThreshold && i < len(shared) {
-						shared[i] = r.Value
-					}
 					break
 				}
 			}
@@ -437,8 +504,55 @@ func (s *Server) sharedPatterns(cfg *Config, domain string, entries []*entry, sh
 		if next == nil {
 			return
 		}
+		w.path = append(w.path, next)
 		set = next.children
 	}
+}
+
+// shared returns the value pattern that stands for entry i's value in
+// counters and labels: that of a share_threshold rule it matched, or "".
+func (w *work) shared(i int) string {
+	if i < len(w.path) {
+		if r := w.path[i]; r.ShareThreshold && r.parts != nil {
+			return r.Value
+		}
+	}
+	return ""
+}
+
+// label is the metrics label of a descriptor that matched w.path, as
+// envoyproxy/ratelimit names its stats when the rules ask for values
+// (detailed_metric: every value; value_to_metric: the values of its
+// level), a share_threshold pattern always standing for the values it
+// matched, so that the labels stay as many as the patterns.
+func (w *work) label(domain string, entries []*entry, detailed bool) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteString(".")
+		b.WriteString(e.GetKey())
+		v := w.shared(i)
+		if v == "" && i < len(w.path) {
+			v = labelValue(w.path[i], e.GetValue(), detailed)
+		}
+		if v != "" {
+			b.WriteString("_" + v)
+		}
+	}
+	return b.String()
+}
+
+// labelValue is the value a label gives entry value matched by rule r.
+func labelValue(r *Rule, value string, detailed bool) string {
+	switch {
+	case detailed || r.ValueToMetric:
+		return value
+	case r.parts != nil:
+		return r.Value // the pattern
+	case r.Value != "":
+		return value
+	}
+	return ""
 }
 
 // budgetPath maps a descriptor of a domain without loaded rules onto the
@@ -499,85 +613,136 @@ func appendSegment(b []byte, s string) []byte {
 }
 
 // respond builds the response: the overall code, one status per
-// descriptor, and the headers of the descriptor that refused or, if none
-// did, of the one with the fewest tokens left.
+// descriptor, and the headers Options ask for.
 func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied bool, out *limiter.Outcome) *rlsv3.RateLimitResponse {
 	// The messages of a response are allocated in two blocks: they go to
 	// the transport and cannot be reused.
 	blk := new(respBlock)
 	resp := &blk.resp
-	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	if !admitted {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	resp.OverallCode = codeOK
+	if !admitted && !s.opts.GlobalShadowMode {
+		resp.OverallCode = codeOver
 	}
 	sts := make([]statusBlock, len(w.parts))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
+	for i := range w.parts {
+		resp.Statuses[i] = s.status(req.Domain, w, &w.parts[i], &sts[i])
+	}
+	if s.opts.IETFHeaders {
+		s.ietfHeaders(blk, w, admitted, denied, out)
+	}
+	if s.opts.LimitHeaders != nil {
+		s.limitHeaders(blk, w)
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, w)
+	}
+	s.countRequest(w, req.Domain, admitted)
+	return resp
+}
+
+// status fills the status of descriptor p in sb and counts it.
+func (s *Server) status(domain string, w *work, p *part, sb *statusBlock) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &sb.st
+	st.Code = codeOK
+	switch p.kind {
+	case noLimit:
+		s.count(w, domain, "", "no_limit")
+		return st
+	case unlimited:
+		st.LimitRemaining = math.MaxUint32
+		s.count(w, domain, p.metric, "unlimited")
+		return st
+	}
+	st.Code = p.code
+	sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
+	st.CurrentLimit = &sb.lim
+	st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
+	reset := p.reset
+	if s.opts.WholeSecondReset && p.window >= time.Second {
+		reset = wholeSeconds(p.window, w.now)
+	}
+	sb.reset.Seconds, sb.reset.Nanos = reset/1e9, int32(reset%1e9)
+	st.DurationUntilReset = &sb.reset
+	result := "ok"
+	switch {
+	case p.shadowHit:
+		result = "shadow_over_limit"
+	case p.code == codeOver:
+		result = "over_limit"
+	}
+	s.count(w, domain, p.metric, result)
+	return st
+}
+
+// ietfHeaders adds sluice's headers (SPEC §10) of the descriptor that
+// refused or, if none did, of the one with the fewest tokens left.
+func (s *Server) ietfHeaders(blk *respBlock, w *work, admitted, denied bool, out *limiter.Outcome) {
 	pick := -1
 	for i := range w.parts {
 		p := &w.parts[i]
-		sb := &sts[i]
-		st := &sb.st
-		st.Code = rlsv3.RateLimitResponse_OK
-		resp.Statuses[i] = st
-		switch p.kind {
-		case noLimit:
-			s.count(w, req.Domain, "", "no_limit")
-			continue
-		case unlimited:
-			st.LimitRemaining = math.MaxUint32
-			s.count(w, req.Domain, p.metric, "unlimited")
-			continue
-		}
-		st.Code = p.code
-		sb.lim.Name, sb.lim.RequestsPerUnit, sb.lim.Unit = p.name, p.rpu, p.unit
-		st.CurrentLimit = &sb.lim
-		st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
-		sb.reset.Seconds, sb.reset.Nanos = p.reset/1e9, int32(p.reset%1e9)
-		st.DurationUntilReset = &sb.reset
-		result := "ok"
-		switch {
-		case p.shadowHit:
-			result = "shadow_over_limit"
-		case p.code == rlsv3.RateLimitResponse_OVER_LIMIT:
-			result = "over_limit"
-		}
-		s.count(w, req.Domain, p.metric, result)
-		if p.kind == shadow || p.kind == refund || p.limit < 0 {
+		if p.kind == noLimit || p.kind == unlimited || p.kind == shadow || p.kind == refund || p.limit < 0 {
 			continue
 		}
 		switch {
 		case pick < 0:
 			pick = i
-		case w.parts[pick].code != rlsv3.RateLimitResponse_OVER_LIMIT &&
-			(p.code == rlsv3.RateLimitResponse_OVER_LIMIT || p.remaining < w.parts[pick].remaining):
+		case w.parts[pick].code != codeOver && (p.code == codeOver || p.remaining < w.parts[pick].remaining):
 			pick = i
 		}
 	}
-	if pick >= 0 {
-		p := &w.parts[pick]
-		retry := time.Duration(p.retry)
-		if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
-			// The call's own answer: how long until every part admits.
-			retry = time.Duration(out.Result.RetryAfter)
-		}
-		if denied {
-			retry = -1 // a requests_per_unit 0 never admits
-		}
-		resp.ResponseHeadersToAdd = blk.hp[:0]
-		add := func(name, value string) {
-			h := &blk.hv[len(resp.ResponseHeadersToAdd)]
-			h.Key, h.Value = name, value
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
-		}
-		ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, add)
-		if !admitted {
-			if v, ok := ratehdr.RetryAfter(retry); ok {
-				add("Retry-After", v)
-			}
+	if pick < 0 {
+		return
+	}
+	p := &w.parts[pick]
+	retry := time.Duration(p.retry)
+	if !admitted && !denied && out.Allowed == 0 && out.Result.RetryAfter != 0 {
+		// The call's own answer: how long until every part admits.
+		retry = time.Duration(out.Result.RetryAfter)
+	}
+	if denied {
+		retry = -1 // a requests_per_unit 0 never admits
+	}
+	ratehdr.Each(p.limit, p.remaining, false, time.Duration(p.reset), p.window, blk.add)
+	if !admitted {
+		if v, ok := ratehdr.RetryAfter(retry); ok {
+			blk.add("Retry-After", v)
 		}
 	}
-	s.countRequest(w, req.Domain, admitted)
-	return resp
+}
+
+// limitHeaders adds envoyproxy/ratelimit's three headers of the last
+// descriptor over its limit or, if none is, of the limited one with the
+// fewest requests left (the first of equals); the reset in whole seconds.
+func (s *Server) limitHeaders(blk *respBlock, w *work) {
+	pick, least := -1, uint32(math.MaxUint32)
+	for i, st := range blk.resp.Statuses {
+		switch {
+		case st.CurrentLimit == nil:
+		case st.Code == codeOver && !w.parts[i].quota:
+			pick, least = i, 0
+		case st.LimitRemaining < least:
+			pick, least = i, st.LimitRemaining
+		}
+	}
+	if pick < 0 {
+		return
+	}
+	st, h := blk.resp.Statuses[pick], s.opts.LimitHeaders
+	blk.add(h.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+	blk.add(h.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10))
+	blk.add(h.Reset, strconv.FormatInt(wholeSeconds(UnitWindow(st.CurrentLimit.Unit), w.now)/1e9, 10))
+}
+
+// add appends a response header from the block's room.
+func (blk *respBlock) add(name, value string) {
+	resp := &blk.resp
+	if resp.ResponseHeadersToAdd == nil {
+		resp.ResponseHeadersToAdd = blk.hp[:0]
+	}
+	h := &blk.hv[len(resp.ResponseHeadersToAdd)]
+	h.Key, h.Value = name, value
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, h)
 }
 
 // respBlock holds a response and its headers (at most six: ratehdr's

@@ -60,6 +60,9 @@ type Config struct {
 	LogFormat            string
 	Pprof                bool
 	ConfigFile           string
+	// Ratelimit is set when the node runs as envoyproxy/ratelimit (set by
+	// `sluice ratelimit`, never by a flag); nil: sluice's own semantics.
+	Ratelimit *RatelimitMode
 
 	// from says where Load found each setting that is not at its default:
 	// "--name", "SLUICE_NAME" or "name in <file>", for messages.

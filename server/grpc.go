@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/commands"
@@ -22,25 +23,19 @@ import (
 )
 
 // listenGRPC binds --grpc-addr and builds the gRPC server: Envoy's rate
-// limit service and gRPC health, with the RESP listener's TLS, protected
+// limit service, gRPC health and server reflection, with the RESP listener's TLS, protected
 // mode and credentials.
 func (s *Server) listenGRPC() error {
 	if s.cfg.GRPCAddr == "" {
 		return nil
 	}
-	var cfg *envoyrls.Config
-	var sum string
-	if s.cfg.EnvoyConfig != "" {
-		var err error
-		// The fingerprint first: a change made while loading is seen by
-		// the next check.
-		if sum, err = envoyrls.Fingerprint(s.cfg.EnvoyConfig); err != nil {
-			return err
-		}
-		if cfg, err = envoyrls.LoadConfig(s.cfg.EnvoyConfig); err != nil {
-			return err
-		}
-		s.log.Info("envoy configuration loaded", "path", s.cfg.EnvoyConfig, "domains", strings.Join(cfg.Domains(), ","))
+	s.rlsStats = envoyrls.NewMetrics(s.env.Metrics.Registry)
+	if m := s.cfg.Ratelimit; m != nil {
+		s.rlsStats.EnablePeerStats(m.NearLimitRatio)
+	}
+	cfg, sum, err := s.loadEnvoyRules()
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", s.cfg.GRPCAddr)
 	if err != nil {
@@ -56,14 +51,78 @@ func (s *Server) listenGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	g := grpc.NewServer(opts...)
-	rls := envoyrls.NewServer(s.env.Service, cfg, envoyrls.NewMetrics(s.env.Metrics.Registry), s.cfg.MaxKeyLen)
+	rls := envoyrls.NewServer(s.env.Service, cfg, s.rlsStats, s.cfg.MaxKeyLen)
+	if m := s.cfg.Ratelimit; m != nil {
+		rls.SetOptions(m.Answers)
+	}
 	rlsv3.RegisterRateLimitServiceServer(g, rls)
+	s.rls = rls
 	if s.cfg.EnvoyConfig != "" {
 		s.reload.rls, s.reload.envoySum = rls, sum
 	}
-	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: func() bool { return !s.draining.Load() && s.ready() }})
+	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: s.rlsReady})
+	// Server reflection, so that grpcurl and other tools list and call the
+	// services with no .proto files (it reveals only their descriptions).
+	reflection.Register(g)
 	s.grpc, s.grpcLn = g, ln
 	return nil
+}
+
+// loadEnvoyRules reads --envoy-config, if given, with the fingerprint of
+// what it read. Rules that do not load stop a node run with sluice's
+// flags; one run as envoyproxy/ratelimit stays up without rules, as the
+// peer does, and loads them when their files are mended.
+func (s *Server) loadEnvoyRules() (*envoyrls.Config, string, error) {
+	path := s.cfg.EnvoyConfig
+	if path == "" {
+		return nil, "", nil
+	}
+	// The fingerprint first: a change made while loading is seen by the
+	// next check.
+	o := s.loadOptions()
+	sum, err := envoyrls.FingerprintWith(path, o)
+	var cfg *envoyrls.Config
+	if err == nil {
+		cfg, err = envoyrls.LoadConfigWith(path, o)
+	}
+	if err != nil && s.cfg.Ratelimit == nil {
+		return nil, "", err
+	}
+	if err != nil {
+		s.log.Error("envoy configuration not loaded: every request is answered 'no rate limit configuration loaded' until the files load", "path", path, "err", err)
+		s.envoyLoads(false)
+		return nil, "bad:" + err.Error(), nil
+	}
+	s.envoyLoads(true)
+	s.log.Info("envoy configuration loaded", "path", path, "domains", strings.Join(cfg.Domains(), ","))
+	s.warnEnvoy(cfg)
+	return cfg, sum, nil
+}
+
+// envoyLoads counts a load of the Envoy rules that succeeded or failed.
+func (s *Server) envoyLoads(ok bool) {
+	if s.rlsStats != nil {
+		s.rlsStats.ConfigLoad(ok)
+	}
+}
+
+// warnEnvoy logs what the loaded rules ignore.
+func (s *Server) warnEnvoy(cfg *envoyrls.Config) {
+	for _, w := range cfg.Warnings() {
+		s.log.Warn("envoy configuration: ignored", "what", w)
+	}
+}
+
+// rlsReady is the gRPC health of the node: ready, not draining, and, when
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED, with rules of some domain.
+func (s *Server) rlsReady() bool {
+	if s.draining.Load() || !s.ready() {
+		return false
+	}
+	if m := s.cfg.Ratelimit; m != nil && m.HealthyWithAtLeastOneConfig {
+		return s.rls != nil && len(s.rls.Config().Domains()) > 0
+	}
+	return true
 }
 
 // GRPCAddr returns the bound gRPC address, or "" if gRPC is off.
@@ -97,6 +156,11 @@ func (s *Server) stopGRPC() {
 // "Basic base64(user:password)"; the limiter role suffices.
 func (s *Server) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+		return h(ctx, req)
+	}
+	if s.cfg.Ratelimit != nil && !s.env.Auth.Required() {
+		// As envoyproxy/ratelimit: its gRPC port is open to the network
+		// unless a password is set (sluice's own fronts stay protected).
 		return h(ctx, req)
 	}
 	if s.draining.Load() {

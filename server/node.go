@@ -129,6 +129,9 @@ func (s *Server) closeListeners() {
 	if s.grpcLn != nil {
 		s.grpcLn.Close()
 	}
+	for _, x := range s.side {
+		x.ln.Close()
+	}
 }
 
 // peerTLS builds the TLS configurations for Raft between nodes: peers must

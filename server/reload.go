@@ -24,8 +24,10 @@ import (
 // node, and its Raft role is untouched.
 
 // envoyWatchInterval is how often the Envoy rule files are checked for a
-// change.
-const envoyWatchInterval = time.Second
+// change: often enough that an update is in force within 2 s of its
+// write (issue #23), rarely enough that reading small rule files costs
+// nothing.
+const envoyWatchInterval = 500 * time.Millisecond
 
 // reloadState is what a reload compares against: the fingerprint of the
 // Envoy rules in force, and the ACL users in force.
@@ -58,8 +60,8 @@ func (s *Server) reloadEnvoy(why string) {
 	if r.rls == nil {
 		return
 	}
-	path := s.cfg.EnvoyConfig
-	sum, err := envoyrls.Fingerprint(path)
+	path, o := s.cfg.EnvoyConfig, s.loadOptions()
+	sum, err := envoyrls.FingerprintWith(path, o)
 	if err == nil && sum == r.envoySum {
 		if why == "signal" {
 			s.log.Info("envoy configuration unchanged", "path", path)
@@ -68,11 +70,12 @@ func (s *Server) reloadEnvoy(why string) {
 	}
 	var cfg *envoyrls.Config
 	if err == nil {
-		cfg, err = envoyrls.LoadConfig(path)
+		cfg, err = envoyrls.LoadConfigWith(path, o)
 	}
 	if err != nil {
 		if r.envoySum != "bad:"+err.Error() || why == "signal" {
 			s.log.Error("envoy configuration not reloaded: the rules in force stay", "path", path, "err", err, "trigger", why)
+			s.envoyLoads(false)
 		}
 		r.envoySum = "bad:" + err.Error() // said once per distinct error while polling
 		return
@@ -80,6 +83,8 @@ func (s *Server) reloadEnvoy(why string) {
 	old := r.rls.Config().Domains()
 	r.rls.SetConfig(cfg)
 	r.envoySum = sum
+	s.envoyLoads(true)
+	s.warnEnvoy(cfg)
 	added, removed := diff(old, cfg.Domains())
 	s.log.Info("envoy configuration reloaded", "path", path, "trigger", why, "domains", strings.Join(cfg.Domains(), ","),
 		"added", strings.Join(added, ","), "removed", strings.Join(removed, ","))

@@ -40,6 +40,7 @@ import (
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
 )
 
@@ -58,6 +59,9 @@ type Server struct {
 	httpLn   net.Listener
 	grpc     *grpc.Server
 	grpcLn   net.Listener
+	rls      *envoyrls.Server  // the Envoy front, when --grpc-addr is set
+	rlsStats *envoyrls.Metrics // its metrics
+	side     []*sideServer     // the drop-in's debug and Prometheus listeners
 	draining atomic.Bool
 	// buffers is the bytes of every connection's read buffer and queued
 	// transaction together, bounded by --max-client-buffers.
@@ -211,6 +215,10 @@ func (s *Server) Listen() error {
 		s.closeListeners()
 		return err
 	}
+	if err := s.listenRatelimit(); err != nil {
+		s.closeListeners()
+		return err
+	}
 	return nil
 }
 
@@ -241,6 +249,7 @@ func (s *Server) Serve() {
 			s.watchEnvoy()
 		}()
 	}
+	s.serveSide()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -279,6 +288,7 @@ func (s *Server) Shutdown() {
 	s.ln.Listener.Close()
 	s.ln.drain(s.cfg.ShutdownTimeout)
 	s.stopGRPC()
+	s.stopSide()
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.http.Shutdown(ctx)
@@ -388,6 +398,7 @@ func (s *Server) httpHandler() http.Handler {
 	}
 	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess}
 	api.Register(mux)
+	s.ratelimitRoutes(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,7 +30,12 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == "ratelimit" {
+		// The image's /bin/ratelimit, a link to sluice: the drop-in.
+		args = append([]string{"ratelimit"}, args...)
+	}
+	os.Exit(run(args, os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 }
 
 // usageHead is the top of `sluice --help`: the subcommands, then the
@@ -40,6 +46,8 @@ Usage:
   sluice [flags]             run a node (settings: flags over SLUICE_* variables over --config file)
   sluice version             print the version
   sluice hash-password       read a password line from stdin, print its SHA-256 (for --acl-file)
+  sluice ratelimit [flags]   run a node as envoyproxy/ratelimit: its environment variables, files and answers
+                             (also when the binary is named ratelimit; see docs/envoy.md)
   sluice healthcheck [--ready] [--http-addr host:port]
                              exit 0 if the node's /healthz (/readyz with --ready) answers 200
   sluice help                print this help
@@ -59,10 +67,18 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		case "version", "--version":
 			fmt.Fprintln(stdout, "sluice", server.Version)
 			return 0
+		case "ratelimit":
+			return ratelimit(args[1:], getenv, stdout, stderr)
 		case "help":
 			args = []string{"--help"}
 		}
 	}
+	return runNode(args, getenv, stdout, stderr, nil)
+}
+
+// runNode runs a node with args and the environment; mode, if not nil,
+// makes it envoyproxy/ratelimit's drop-in.
+func runNode(args []string, getenv func(string) string, stdout, stderr io.Writer, mode *ratelimitMode) int {
 	var usage bytes.Buffer
 	cfg, err := server.Load(args, getenv, &usage)
 	if errors.Is(err, server.ErrHelp) {
@@ -76,6 +92,9 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		// One line naming the flag, never the whole usage.
 		fmt.Fprintln(stderr, "sluice:", err)
 		return 2
+	}
+	if mode != nil {
+		cfg.Ratelimit = &mode.RatelimitMode
 	}
 	if err := cfg.Validate(); err != nil {
 		return invalid(stderr, err)
@@ -93,6 +112,9 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 		log.Info(note)
 	} else if note != "" {
 		log.Warn(note)
+	}
+	if mode != nil {
+		mode.logNotes(log)
 	}
 	node, err := server.OpenWith(cfg, log, server.NodeHooks{Now: clock})
 	if err != nil {
@@ -198,7 +220,9 @@ func hashPassword(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 // healthcheck asks a running node's /healthz (or /readyz with --ready) and
 // exits 0 if it answers 200: for container HEALTHCHECKs, where the image
 // has no curl. The address comes from --http-addr, SLUICE_HTTP_ADDR or the
-// default.
+// default; without --http-addr, when nothing listens there, it asks
+// /healthcheck on envoyproxy/ratelimit's port (PORT, 8080), where the
+// image's node listens when run as /bin/ratelimit.
 func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -226,6 +250,18 @@ func healthcheck(args []string, getenv func(string) string, stdout, stderr io.Wr
 	}
 	c := http.Client{Timeout: 3 * time.Second}
 	resp, err := c.Get("http://" + a + path)
+	if err != nil && *addr == "" {
+		// Nothing there: the image's node may run as /bin/ratelimit, on
+		// envoyproxy/ratelimit's HTTP port (PORT, 8080) instead.
+		port := getenv("PORT")
+		if port == "" {
+			port = "8080"
+		}
+		var err2 error
+		if resp, err2 = c.Get("http://" + net.JoinHostPort("127.0.0.1", port) + "/healthcheck"); err2 == nil {
+			err, path = nil, "/healthcheck"
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice healthcheck:", err)
 		return 1

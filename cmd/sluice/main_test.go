@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -103,6 +104,15 @@ func TestHealthcheck(t *testing.T) {
 	}
 	if code := run([]string{"healthcheck", "--http-addr", "127.0.0.1:1"}, noEnv, nil, &out, &errb); code != 1 {
 		t.Fatalf("nothing listening: exit %d", code)
+	}
+	// Nothing at SLUICE_HTTP_ADDR: a node run as ratelimit answers
+	// /healthcheck on the peer's PORT.
+	_, port, _ := net.SplitHostPort(addr)
+	env := func(k string) string {
+		return map[string]string{"SLUICE_HTTP_ADDR": "127.0.0.1:1", "PORT": port}[k]
+	}
+	if code := run([]string{"healthcheck"}, env, nil, &out, &errb); code != 0 || !strings.Contains(out.String(), "/healthcheck 200") {
+		t.Fatalf("the drop-in's port: exit %d %s", code, errb.String())
 	}
 }
 

@@ -1,0 +1,184 @@
+package main
+
+// `sluice ratelimit`: envoyproxy/ratelimit's environment variables
+// (its src/settings/settings.go, with its defaults) read into sluice's
+// settings, so that changing the image is the whole switch (SPEC §11).
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/envoyrls"
+	"github.com/sluice-rl/sluice/server"
+)
+
+// ratelimitMode is the drop-in's settings and what to log about them once
+// the logger exists.
+type ratelimitMode struct {
+	server.RatelimitMode
+	ignored []string // variables set for a backend sluice does not need
+	notes   []string // settings accepted that change nothing here
+}
+
+func (m *ratelimitMode) logNotes(log *slog.Logger) {
+	if len(m.ignored) > 0 {
+		log.Info("ratelimit: backend settings ignored: sluice is its own store; replicas share limits by forming a cluster (SLUICE_JOIN)", "variables", strings.Join(m.ignored, ","))
+	}
+	for _, n := range m.notes {
+		log.Warn("ratelimit: " + n)
+	}
+}
+
+// ratelimit runs a node as envoyproxy/ratelimit: the peer's variables,
+// with its defaults, become sluice flags placed first, so that they win
+// over SLUICE_* variables for the settings both name (an image's
+// SLUICE_HTTP_ADDR must not move the peer's port 8080), and the flags
+// given after `ratelimit` win over both.
+func ratelimit(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	flags, mode, err := ratelimitSettings(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice ratelimit:", err)
+		return 2
+	}
+	return runNode(append(flags, args...), getenv, stdout, stderr, mode)
+}
+
+// peerEnv reads the peer's variables with their defaults.
+type peerEnv struct {
+	get  func(string) string
+	errs []string
+}
+
+func (e *peerEnv) str(name, def string) string {
+	if v := e.get(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (e *peerEnv) flag(name string, def bool) bool {
+	v := e.get(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Sprintf("%s=%q: must be true or false", name, v))
+	}
+	return b
+}
+
+func (e *peerEnv) addr(hostVar, hostDef, portVar, portDef string) string {
+	port := e.str(portVar, portDef)
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		e.errs = append(e.errs, fmt.Sprintf("%s=%q: must be a port number", portVar, port))
+	}
+	return net.JoinHostPort(e.str(hostVar, hostDef), port)
+}
+
+// ratelimitSettings translates the peer's environment.
+func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, error) {
+	e := &peerEnv{get: getenv}
+	m := &ratelimitMode{}
+	var flags []string
+	set := func(name, value string) { flags = append(flags, "--"+name, value) }
+	set("http-addr", e.addr("HOST", "0.0.0.0", "PORT", "8080"))
+	set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
+	set("envoy-config", filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
+		e.get("RUNTIME_SUBDIRECTORY"), e.str("RUNTIME_APPDIRECTORY", "config")))
+	set("log-level", peerLogLevel(e.str("LOG_LEVEL", "WARN")))
+	set("log-format", strings.ToLower(e.str("LOG_FORMAT", "text")))
+	m.DebugAddr = e.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070")
+	if e.flag("USE_PROMETHEUS", false) {
+		m.PrometheusAddr, m.PrometheusPath = e.str("PROMETHEUS_ADDR", ":9090"), e.str("PROMETHEUS_PATH", "/metrics")
+	}
+	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: e.flag("RUNTIME_IGNOREDOTFILES", false),
+		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false), QuotaMode: true}
+	e.flag("RUNTIME_WATCH_ROOT", true) // either way the files are polled (docs/envoy.md)
+	m.HealthyWithAtLeastOneConfig = e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
+	m.Answers = peerAnswers(e)
+	m.ignored, m.notes = peerIgnored(getenv), peerUnsupported(e)
+	if t := e.str("CONFIG_TYPE", "FILE"); t != "FILE" {
+		e.errs = append(e.errs, fmt.Sprintf("CONFIG_TYPE=%q: only FILE is supported so far (GRPC_XDS_SOTW is to come)", t))
+	}
+	m.NearLimitRatio = 0.8
+	if r := e.get("NEAR_LIMIT_RATIO"); r != "" {
+		f, err := strconv.ParseFloat(r, 32)
+		if err != nil || f < 0 || f > 1 {
+			e.errs = append(e.errs, fmt.Sprintf("NEAR_LIMIT_RATIO=%q: must be a number between 0 and 1", r))
+		}
+		m.NearLimitRatio = f
+	}
+	if len(e.errs) > 0 {
+		return nil, nil, fmt.Errorf("%s", strings.Join(e.errs, "; "))
+	}
+	return flags, m, nil
+}
+
+// peerAnswers are the Envoy front's semantics: the peer's, its settings,
+// and sluice's own opted back in with SLUICE_RLS_* variables.
+func peerAnswers(e *peerEnv) envoyrls.Options {
+	o := envoyrls.PeerOptions()
+	o.StopIncrementWhenOverLimit = e.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
+	o.GlobalShadowMode = e.flag("SHADOW_MODE", false)
+	o.GlobalQuotaMode = e.flag("QUOTA_MODE", false)
+	o.DynamicMetadata = e.flag("RESPONSE_DYNAMIC_METADATA", false)
+	if e.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		d := envoyrls.PeerHeaderNames
+		o.LimitHeaders = &envoyrls.HeaderNames{Limit: e.str("LIMIT_LIMIT_HEADER", d.Limit),
+			Remaining: e.str("LIMIT_REMAINING_HEADER", d.Remaining), Reset: e.str("LIMIT_RESET_HEADER", d.Reset)}
+	}
+	o.PerDescriptor = !e.flag("SLUICE_RLS_ALL_OR_NOTHING", false)
+	o.WholeSecondReset = !e.flag("SLUICE_RLS_EXACT_RESET", false)
+	o.IETFHeaders = e.flag("SLUICE_RLS_IETF_HEADERS", false)
+	return o
+}
+
+// peerIgnored lists the backend variables that are set: sluice needs no
+// Redis or memcache.
+func peerIgnored(getenv func(string) string) []string {
+	var out []string
+	for _, p := range []string{"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
+		"REDIS_TLS", "REDIS_PERSECOND", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_AUTH",
+		"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "CACHE_KEY_PREFIX",
+		"EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES"} {
+		if getenv(p) != "" {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// peerUnsupported notes the peer's settings that are set but not yet
+// honoured here, so that nobody relies on them unknowingly.
+func peerUnsupported(e *peerEnv) []string {
+	var out []string
+	e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false) // rule files are read at start either way
+	for _, v := range []string{"GRPC_SERVER_USE_TLS"} {
+		if e.flag(v, false) {
+			out = append(out, v+" is set but not supported yet: it is ignored")
+		}
+	}
+	return out
+}
+
+// peerLogLevel maps logrus's levels onto sluice's.
+func peerLogLevel(v string) string {
+	switch l := strings.ToLower(v); l {
+	case "trace":
+		return "debug"
+	case "warning":
+		return "warn"
+	case "fatal", "panic":
+		return "error"
+	default:
+		return l
+	}
+}
