@@ -51,6 +51,13 @@ type Options struct {
 	TrailingLogs      uint64        // default 10240
 	// Raft timing; zero values take hashicorp/raft's defaults.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// Voters is how many voters the leader keeps (--voters; default 3):
+	// a node joining a cluster that has as many is added as a non-voter,
+	// and a voter lost for VoterGrace is replaced by promoting a
+	// non-voter reached without a failure for VoterStabilization
+	// (autopilot.go). Zero values take the defaults.
+	Voters                         int
+	VoterGrace, VoterStabilization time.Duration
 	// ObserveApply, if set, receives the duration of every Apply.
 	ObserveApply func(seconds float64)
 }
@@ -114,6 +121,8 @@ type Node struct {
 	// the leader and term last logged.
 	peers *peerLog
 	seen  string
+	// beats: the leader's failed and resumed heartbeats, by peer id.
+	beats heartbeats
 
 	stop     chan struct{}
 	stopOnce sync.Once
