@@ -184,6 +184,8 @@ func (n *Node) autopilot() {
 
 // autopilotOnce gathers the leader's view of its peers and takes one step.
 func (n *Node) autopilotOnce(now time.Time, seen map[string]time.Time) {
+	n.suffrageMu.Lock()
+	defer n.suffrageMu.Unlock()
 	servers, err := n.Servers()
 	if err != nil {
 		return

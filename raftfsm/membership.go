@@ -21,6 +21,8 @@ func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 	if auto && n.fsm.State().Removed[id] {
 		return errRemoved(id)
 	}
+	n.suffrageMu.Lock()
+	defer n.suffrageMu.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return &Error{Code: "TRYAGAIN", Msg: err.Error()}

@@ -123,6 +123,10 @@ type Node struct {
 	seen  string
 	// beats: the leader's failed and resumed heartbeats, by peer id.
 	beats heartbeats
+	// suffrageMu serializes the leader's configuration changes that count
+	// voters (Join, the autopilot): two joins at once would each see
+	// room for one more voter.
+	suffrageMu sync.Mutex
 
 	stop     chan struct{}
 	stopOnce sync.Once
