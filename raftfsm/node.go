@@ -72,7 +72,8 @@ type Remote interface {
 	// Relay sends a client command to the node at addr and returns its raw
 	// reply (membership changes and consistent reads run on the leader).
 	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
-	// Join asks the member at addr to add m as a voter (auto: the node's
+	// Join asks the member at addr to add m (a voter, or a non-voter once
+	// the cluster has Options.Voters voters; auto: the node's
 	// own request, refused for a node an operator removed).
 	Join(ctx context.Context, addr string, m Member) error
 	// Status asks the node at addr for its id and whether it is in a
