@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -77,9 +76,7 @@ func TestNineNodesKeepThreeVoters(t *testing.T) {
 	})
 	t.Logf("voters %v, non-voters %v", voters, nonvoters)
 
-	if os.Getenv("SKIPBOUND") == "" {
-		spreadHoldsTheBound(t, ms)
-	}
+	spreadHoldsTheBound(t, ms)
 
 	// Kill -9 a voter (the leader, the hardest case: an election first).
 	l := leader(t, ms)

@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,12 +178,7 @@ func waitVoters(t *testing.T, nodes []*Node, gone string, within time.Duration) 
 	t.Helper()
 	var voters, nonvoters []string
 	testkit.WaitFor(t, within, "three live voters without "+gone, func() bool {
-		var leader *Node
-		for _, n := range live(nodes) {
-			if n.IsLeader() {
-				leader = n
-			}
-		}
+		leader := leaderAmong(live(nodes))
 		if leader == nil {
 			return false
 		}
@@ -197,4 +194,55 @@ func waitVoters(t *testing.T, nodes []*Node, gone string, within time.Duration) 
 		return true
 	})
 	t.Logf("voters %v, non-voters %v after %s stopped", voters, nonvoters, gone)
+}
+
+// TestLeaveOfAVoterPromotesANonVoter: an operator removes a voter of four
+// nodes (3 voters, 1 non-voter); the non-voter is promoted.
+func TestLeaveOfAVoterPromotesANonVoter(t *testing.T) {
+	nodes, _ := cluster(t, 4, func(o *Options) {
+		o.VoterGrace = 500 * time.Millisecond
+		o.VoterStabilization = 300 * time.Millisecond
+	})
+	leader := testkit.WaitForLeader(t, nodes...)
+	voters, nonvoters := suffrage(t, leader)
+	if len(voters) != 3 || len(nonvoters) != 1 {
+		t.Fatalf("voters %v, non-voters %v; want 3 and 1 (the default --voters)", voters, nonvoters)
+	}
+	victim := voters[0]
+	if victim == leader.ID() {
+		victim = voters[1]
+	}
+	var rest []*Node
+	for _, n := range nodes {
+		if n.ID() != victim {
+			rest = append(rest, n)
+		}
+	}
+	// Through whichever node leads (an election may come in between).
+	testkit.WaitFor(t, 10*time.Second, victim+" removed", func() bool {
+		l := leaderAmong(nodes)
+		if l == nil {
+			return false
+		}
+		err := l.Leave(victim)
+		return err == nil || strings.Contains(err.Error(), "no node with id")
+	})
+	testkit.WaitFor(t, 10*time.Second, nonvoters[0]+" promoted", func() bool {
+		l := leaderAmong(rest)
+		if l == nil {
+			return false
+		}
+		v, n := suffrage(t, l)
+		return len(v) == 3 && len(n) == 0 && slices.Contains(v, nonvoters[0])
+	})
+}
+
+// leaderAmong returns a node of nodes that believes it leads, or nil.
+func leaderAmong(nodes []*Node) *Node {
+	for _, n := range nodes {
+		if n.IsLeader() {
+			return n
+		}
+	}
+	return nil
 }
