@@ -20,6 +20,10 @@ func (n *Node) watch(obs chan raft.Observation) {
 			switch d := o.Data.(type) {
 			case raft.ResumedHeartbeatObservation:
 				n.peers.resumed(n.addrOf(string(d.PeerID)))
+				n.beats.resumed(string(d.PeerID), time.Now())
+				continue
+			case raft.FailedHeartbeatObservation:
+				n.beats.failed(string(d.PeerID), d.LastContact, time.Now())
 				continue
 			case raft.LeaderObservation:
 				n.logLeader(d)

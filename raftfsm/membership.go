@@ -8,7 +8,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Join adds a node as a voter (leader only), first removing any stale
+// Join adds a node as a voter, or as a non-voter once the cluster has
+// Options.Voters voters (leader only), first removing any stale
 // member with the same id or Raft address, and records its RESP address.
 // It is idempotent: joining a member again only refreshes its record. An
 // automatic join (a node's own request) of a node an operator removed is
@@ -20,6 +21,8 @@ func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 	if auto && n.fsm.State().Removed[id] {
 		return errRemoved(id)
 	}
+	n.suffrageMu.Lock()
+	defer n.suffrageMu.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return &Error{Code: "TRYAGAIN", Msg: err.Error()}
@@ -52,10 +55,16 @@ func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 	if already {
 		return nil
 	}
-	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.opts.ApplyTimeout).Error(); err != nil {
-		return &Error{Code: "TRYAGAIN", Msg: "adding voter: " + err.Error()}
+	add, as := n.raft.AddVoter, "voter"
+	if n.joinSuffrage(f.Configuration().Servers, id, raftAddr) == raft.Nonvoter {
+		// As many voters as --voters already: the autopilot promotes
+		// this node if a voter is lost (autopilot.go).
+		add, as = n.raft.AddNonvoter, "nonvoter"
 	}
-	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr, "by_operator", !auto)
+	if err := add(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.opts.ApplyTimeout).Error(); err != nil {
+		return &Error{Code: "TRYAGAIN", Msg: "adding " + as + ": " + err.Error()}
+	}
+	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr, "as", as, "by_operator", !auto)
 	return nil
 }
 

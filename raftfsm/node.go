@@ -51,6 +51,13 @@ type Options struct {
 	TrailingLogs      uint64        // default 10240
 	// Raft timing; zero values take hashicorp/raft's defaults.
 	HeartbeatTimeout, ElectionTimeout, LeaderLeaseTimeout time.Duration
+	// Voters is how many voters the leader keeps (--voters; default 3):
+	// a node joining a cluster that has as many is added as a non-voter,
+	// and a voter lost for VoterGrace is replaced by promoting a
+	// non-voter reached without a failure for VoterStabilization
+	// (autopilot.go). Zero values take the defaults.
+	Voters                         int
+	VoterGrace, VoterStabilization time.Duration
 	// ObserveApply, if set, receives the duration of every Apply.
 	ObserveApply func(seconds float64)
 }
@@ -65,7 +72,8 @@ type Remote interface {
 	// Relay sends a client command to the node at addr and returns its raw
 	// reply (membership changes and consistent reads run on the leader).
 	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
-	// Join asks the member at addr to add m as a voter (auto: the node's
+	// Join asks the member at addr to add m (a voter, or a non-voter once
+	// the cluster has Options.Voters voters; auto: the node's
 	// own request, refused for a node an operator removed).
 	Join(ctx context.Context, addr string, m Member) error
 	// Status asks the node at addr for its id and whether it is in a
@@ -114,6 +122,12 @@ type Node struct {
 	// the leader and term last logged.
 	peers *peerLog
 	seen  string
+	// beats: the leader's failed and resumed heartbeats, by peer id.
+	beats heartbeats
+	// suffrageMu serializes the leader's configuration changes that count
+	// voters (Join, the autopilot): two joins at once would each see
+	// room for one more voter.
+	suffrageMu sync.Mutex
 
 	stop     chan struct{}
 	stopOnce sync.Once

@@ -47,6 +47,15 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if o.Voters == 0 {
+		o.Voters = defaultVoters
+	}
+	if o.VoterGrace == 0 {
+		o.VoterGrace = defaultVoterGrace
+	}
+	if o.VoterStabilization == 0 {
+		o.VoterStabilization = defaultVoterStabilization
+	}
 	if o.Remote == nil {
 		o.Remote = noRemote{}
 	}
@@ -180,7 +189,7 @@ func (n *Node) start() {
 	obs := make(chan raft.Observation, 16)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState, raft.ResumedHeartbeatObservation:
+		case raft.LeaderObservation, raft.RaftState, raft.ResumedHeartbeatObservation, raft.FailedHeartbeatObservation:
 			return true
 		}
 		return false
@@ -196,7 +205,7 @@ func (n *Node) start() {
 	if err := n.fsm.LoadView(n.viewPath(), after); err != nil {
 		n.log.Warn("saved view not used", "err", err)
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	if n.raft.State() == raft.Leader {
 		// Elected before the observer was registered (loading a large
 		// saved view takes a while): catch up all the same.
@@ -209,6 +218,7 @@ func (n *Node) start() {
 	go n.relayNotify()
 	go n.register()
 	go n.saveViews()
+	go n.autopilot()
 	if n.opts.Discover != nil {
 		n.wg.Add(1)
 		go n.discover()

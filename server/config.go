@@ -33,15 +33,18 @@ type Config struct {
 	// BootstrapExpect is how many nodes a new cluster found by --join
 	// dns: waits for before its lowest id bootstraps it.
 	BootstrapExpect int
-	Budgets         string
-	RequirePass     string
-	PeerPassword    string
-	ACLFile         string
-	TLSCert         string
-	TLSKey          string
-	TLSCA           string
-	ProtectedMode   bool
-	MaxClients      int
+	// Voters is how many Raft voters the leader keeps; more nodes join
+	// as non-voters (raftfsm's autopilot).
+	Voters        int
+	Budgets       string
+	RequirePass   string
+	PeerPassword  string
+	ACLFile       string
+	TLSCert       string
+	TLSKey        string
+	TLSCA         string
+	ProtectedMode bool
+	MaxClients    int
 	// Timeout closes a client connection idle this long (0: never);
 	// AuthTimeout, one that has not authenticated this long after it
 	// connected, when a password is required (0: never).
@@ -190,6 +193,7 @@ var settings = []setting{
 	{name: "bootstrap-peers", def: "", usage: "static cluster: id=raftaddr=respaddr,… identical on every node", bind: str(func(c *Config) *string { return &c.BootstrapPeers })},
 	{name: "join", def: "", usage: "RESP address of any member to join (host:port), or dns:NAME[:PORT] to find the members in DNS: NAME's A/AAAA records (or SRV records, for a name starting with '_'), as a Kubernetes headless service publishes them; PORT defaults to this node's RESP port", bind: str(func(c *Config) *string { return &c.Join })},
 	{name: "bootstrap-expect", def: "0", usage: "with --join dns:, how many nodes (this one included) must answer, none in a cluster yet, before the one with the lowest --node-id bootstraps a new cluster (0: 3); set it to the number of nodes first started", bind: num(func(c *Config) *int { return &c.BootstrapExpect })},
+	{name: "voters", def: "3", usage: "how many nodes vote in Raft (1 to 7, odd recommended): a node joining a cluster with as many voters joins as a non-voter, which limits alike; the leader promotes one when a voter is lost (removed, or unreachable for 3 s)", bind: num(func(c *Config) *int { return &c.Voters })},
 	{name: "budgets", def: "", usage: "JSON file (RL.BUDGET EXPORT shape) seeding an empty budget tree", bind: str(func(c *Config) *string { return &c.Budgets })},
 	{name: "requirepass", def: "", secret: true, usage: "password of the default user (admin role)", bind: str(func(c *Config) *string { return &c.RequirePass })},
 	{name: "peer-password", def: "", secret: true, usage: "cluster secret nodes prove themselves to each other with (as sluice-peer:<node-id>), for forwarded writes, joins and internal commands; also the password of user sluice-peer (admin); default: --requirepass", bind: str(func(c *Config) *string { return &c.PeerPassword })},
@@ -261,7 +265,7 @@ var helpGroups = []struct {
 	names []string
 }{
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
-	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "apply-timeout", "sync-interval"}},
+	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
@@ -474,6 +478,11 @@ func (c *Config) WithDefaults() Config {
 // Validate checks the settings as a whole, as the node will run them (with
 // the defaults of WithDefaults); it does not change c. Its errors name the
 // setting at fault and what it accepts.
+// maxVoters bounds --voters: past 7, every commit waits for more nodes and
+// more of them must agree on each election, for no gain in availability
+// that a team growing for capacity needs.
+const maxVoters = 7
+
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(name, format string, a ...any) {
@@ -543,6 +552,9 @@ func (c *Config) Validate() error {
 		bad("bootstrap-expect", "applies only with --join dns:NAME, got %d", c.BootstrapExpect)
 	} else if c.BootstrapExpect < 0 || c.BootstrapExpect > 64 {
 		bad("bootstrap-expect", "must be between 1 and 64 (0: %d), got %d", defaultBootstrapExpect, c.BootstrapExpect)
+	}
+	if c.Voters < 1 || c.Voters > maxVoters {
+		bad("voters", "must be between 1 and %d (odd recommended), got %d", maxVoters, c.Voters)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("tls-cert", "and --tls-key must be given together")

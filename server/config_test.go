@@ -59,6 +59,8 @@ func TestInvalidSettingsNameTheSetting(t *testing.T) {
 		{args: []string{"--join", "dns:"}, want: "--join: must be dns:NAME or dns:NAME:PORT with NAME a DNS name"},
 		{args: []string{"--join", "dns:peers svc"}, want: "--join: must be dns:NAME or dns:NAME:PORT with NAME a DNS name (letters, digits, '-', '_', '.'), got \"dns:peers svc\""},
 		{args: []string{"--join", "dns:peers.svc:70000"}, want: "--join: port must be 1–65535 in dns:NAME:PORT, got \"dns:peers.svc:70000\""},
+		{args: []string{"--voters", "0"}, want: "--voters: must be between 1 and 7 (odd recommended), got 0"},
+		{args: []string{"--voters", "9"}, want: "--voters: must be between 1 and 7 (odd recommended), got 9"},
 		{args: []string{"--bootstrap-expect", "3"}, want: "--bootstrap-expect: applies only with --join dns:NAME, got 3"},
 		{args: []string{"--join", "dns:peers.svc", "--bootstrap-expect", "-1"}, want: "--bootstrap-expect: must be between 1 and 64 (0: 3), got -1"},
 		{args: []string{"--join", "dns:peers.svc", "--bootstrap-expect", "three"}, want: "--bootstrap-expect: \"three\" is not a whole number"},

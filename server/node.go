@@ -58,7 +58,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	o := raftfsm.Options{
 		ID: cfg.NodeID, RaftAddr: cfg.RaftAddr, RespAddr: advertise, DataDir: filepath.Join(cfg.DataDir, "raft"),
 		Join: cfg.Join, Logger: log.With("component", "raft"),
-		LogLevel: cfg.LogLevel, ApplyTimeout: cfg.ApplyTimeout,
+		LogLevel: cfg.LogLevel, ApplyTimeout: cfg.ApplyTimeout, Voters: cfg.Voters,
 	}
 	if isDNSJoin(cfg.Join) {
 		o.Join = ""

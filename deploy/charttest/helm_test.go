@@ -275,6 +275,13 @@ func TestChartDefaults(t *testing.T) {
 	if cfg := nodeSettings(t, renderChart(t, "replicas: 5"), "rl-sluice-4"); cfg.BootstrapExpect != 5 {
 		t.Errorf("replicas 5: --bootstrap-expect %d", cfg.BootstrapExpect)
 	}
+	// Scaled past three, the pods keep --voters 3 unless told otherwise.
+	if cfg.Voters != 3 {
+		t.Errorf("defaults: --voters %d", cfg.Voters)
+	}
+	if cfg := nodeSettings(t, renderChart(t, "replicas: 9\nvoters: 5"), "rl-sluice-8"); cfg.Voters != 5 {
+		t.Errorf("voters 5: --voters %d", cfg.Voters)
+	}
 }
 
 func checkStatefulSet(t *testing.T, r *rendered) {
