@@ -38,8 +38,13 @@ func (s *Store) chargeQuota(now int64, r *Request, n int64) {
 	i, ok := sh.find(h, r.Key)
 	cnt := int64(0)
 	if ok {
-		if st := sh.entry(i).st; st.a == r.PeriodStart {
+		switch st := sh.entry(i).st; {
+		case st.a == r.PeriodStart:
 			cnt = st.b
+		case st.a > r.PeriodStart:
+			// The counter has moved on to a later period: the one charged
+			// is over and no longer limits anything.
+			return
 		}
 	}
 	s.putQuota(sh, h, i, ok, r, now, state{a: r.PeriodStart, b: cnt + n, c: r.PeriodEnd}, true)

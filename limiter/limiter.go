@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/reserve"
 )
 
 // Call is one limiting call (budget.Call: inline when Rate or Quota is
@@ -31,8 +32,9 @@ type Outcome = budget.Outcome
 // Scratch is a caller's reusable buffer for the keys and names a call
 // builds; one per connection (or goroutine), so that calls do not allocate.
 type Scratch struct {
-	b   budget.Scratch
-	lim engine.Limit // a bucket's own limit, when the call names none
+	b    budget.Scratch
+	lim  engine.Limit // a bucket's own limit, when the call names none
+	slot []byte       // an inline reservation's concurrency key
 }
 
 // Cluster is the replicated state a service reads and writes; a
@@ -78,6 +80,11 @@ type Service struct {
 	// whether it answered within wait (quota.Reserver.Reserve): a call a
 	// quota refused for want of units reserved here tries once more.
 	Reserve func(wait time.Duration) bool
+	// Holds keeps the node's open reservations (RL.RESERVE); nil: none.
+	Holds *reserve.Store
+	// ReserveTTL is a reservation's lifetime when its call gives none, in
+	// ns (0: DefaultReserveTTL).
+	ReserveTTL int64
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one

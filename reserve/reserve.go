@@ -1,0 +1,142 @@
+// Package reserve holds the open reservations of one node (RL.RESERVE):
+// what each one charged, when it expires, and the concurrency slots they
+// take. It decides nothing about tokens — limiter charges and settles the
+// buckets through the engine — and reads no clock: time is an argument of
+// every call. See DESIGN.md.
+package reserve
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+)
+
+// Level is one request a reservation charged: enough to give tokens back
+// or charge more later, whatever the budget tree has become since.
+type Level struct {
+	Space      engine.Space
+	Key        []byte // in the hold's arena
+	Limit      engine.Limit
+	Start, End int64  // a quota counter's period
+	Name       []byte // what limited_by reports for it, in the arena
+}
+
+// Request returns the level as an engine request of cost 0.
+func (l *Level) Request() engine.Request {
+	return engine.Request{Space: l.Space, Key: l.Key, Limit: &l.Limit, PeriodStart: l.Start, PeriodEnd: l.End}
+}
+
+// Hold is one open reservation. Its fields are the caller's to fill
+// between Open and Commit; after Commit they change only through the Store.
+type Hold struct {
+	Estimate int64
+	Levels   []Level
+	Expires  int64 // Unix ns
+
+	id    uint64
+	arena []byte
+	group *group
+	gi    int // index in group.held
+	hi    int // index in the expiry heap; -1 when not in it
+}
+
+// ID returns the hold's id as clients see it (Store.Format).
+func (h *Hold) ID() uint64 { return h.id }
+
+// AddLevel copies a charged request and its name into the hold.
+func (h *Hold) AddLevel(r *engine.Request, name []byte) {
+	k := len(h.arena)
+	h.arena = append(append(h.arena, r.Key...), name...)
+	h.Levels = append(h.Levels, Level{Space: r.Space, Limit: *r.Limit, Start: r.PeriodStart, End: r.PeriodEnd,
+		Key: h.arena[k : k+len(r.Key) : k+len(r.Key)], Name: h.arena[k+len(r.Key):]})
+}
+
+// fixLevels points the levels at the arena again after it grew.
+func (h *Hold) fixLevels() {
+	k := 0
+	for i := range h.Levels {
+		l := &h.Levels[i]
+		nk, nn := len(l.Key), len(l.Name)
+		l.Key, l.Name = h.arena[k:k+nk:k+nk], h.arena[k+nk:k+nk+nn:k+nk+nn]
+		k += nk + nn
+	}
+}
+
+// group is the concurrency slots of one key.
+type group struct {
+	key   string
+	limit int64
+	held  []*Hold
+	// wake is closed (and cleared) when a slot frees, for waiters.
+	wake chan struct{}
+}
+
+// Store is a node's open reservations. Its methods are safe for
+// concurrent use; none does I/O or touches the engine.
+type Store struct {
+	mu     sync.Mutex
+	node   string
+	next   uint64
+	max    int
+	open   int // held, committed or not
+	byID   map[uint64]*Hold
+	exp    expiry
+	groups map[string]*group
+}
+
+// New returns a store for node (the id every reservation carries) holding
+// at most max reservations; ids count up from seed, so that a restarted
+// node does not hand out the ids of its previous life.
+func New(node string, max int, seed uint64) *Store {
+	return &Store{node: node, max: max, next: seed, byID: map[uint64]*Hold{}, groups: map[string]*group{}}
+}
+
+// Errors of the store, with their reply codes.
+var (
+	// ErrFull refuses a reservation while the node holds its maximum.
+	ErrFull = &fault.Error{Code: "ERR", Msg: "too many open reservations (--max-reservations): settle or release some, or wait for their TTL to expire them"}
+)
+
+// ErrUnknown is the reply to an id this node holds nothing for.
+func ErrUnknown(id string) error {
+	return fault.New("NORESERVATION", "no open reservation '%s': unknown, or already settled, released or expired", fault.Printable([]byte(id)))
+}
+
+// errElsewhere is the reply to an id another node issued.
+func errElsewhere(id, node string) error {
+	return fault.New("NORESERVATION", "reservation '%s' lives on node '%s': settle, release or renew it there (reservations are node-local for now)",
+		fault.Printable([]byte(id)), fault.Printable([]byte(node)))
+}
+
+// Format returns the id clients see for n: 16 hex digits, '@', the node.
+func (s *Store) Format(n uint64) string {
+	var b [16]byte
+	x := strconv.AppendUint(b[:0], n, 16)
+	return "0000000000000000"[:16-len(x)] + string(x) + "@" + s.node
+}
+
+// local reads an id this node issued: its number, ok. An id of another
+// node is not ok, with the error that says where it lives; anything else
+// that is not one of this node's ids is not ok, with no error.
+func (s *Store) local(id string) (n uint64, ok bool, err error) {
+	if len(id) < 17 || id[16] != '@' {
+		return 0, false, nil
+	}
+	n, perr := strconv.ParseUint(id[:16], 16, 64)
+	if perr != nil {
+		return 0, false, nil
+	}
+	if node := id[17:]; node != s.node {
+		return 0, false, errElsewhere(id, node)
+	}
+	return n, true, nil
+}
+
+// Len returns the number of open reservations.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open
+}
