@@ -68,10 +68,21 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		return out, "", err
 	}
 	h.Estimate = out.Cost
-	for i := 0; i < sc.b.Charged(); i++ {
+	s.record(h, sc)
+	return out, s.Holds.Commit(h), nil
+}
+
+// record copies into h every request the call admitted on sc charged.
+func (s *Service) record(h *reserve.Hold, sc *Scratch) {
+	levels, size := sc.b.Charged(), 0
+	for i := 0; i < levels; i++ {
+		r, name := sc.b.ChargedLevel(i)
+		size += len(r.Key) + len(name)
+	}
+	h.Grow(levels, size)
+	for i := 0; i < levels; i++ {
 		h.AddLevel(sc.b.ChargedLevel(i))
 	}
-	return out, s.Holds.Commit(h), nil
 }
 
 func (s *Service) reserveTTL() int64 {

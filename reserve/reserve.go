@@ -6,6 +6,7 @@
 package reserve
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 
@@ -44,6 +45,13 @@ type Hold struct {
 
 // ID returns the hold's id as clients see it (Store.Format).
 func (h *Hold) ID() uint64 { return h.id }
+
+// Grow makes room for levels more levels and bytes more key and name
+// bytes, so that AddLevel allocates once per hold rather than per level.
+func (h *Hold) Grow(levels, bytes int) {
+	h.Levels = slices.Grow(h.Levels, levels)
+	h.arena = slices.Grow(h.arena, bytes)
+}
 
 // AddLevel copies a charged request and its name into the hold.
 func (h *Hold) AddLevel(r *engine.Request, name []byte) {
