@@ -3,6 +3,7 @@ package commands
 import (
 	"bufio"
 	"bytes"
+	"github.com/sluice-rl/sluice/reserve"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func testEnv(t testing.TB) *Env {
 	}
 	env.Service = env.NewService()
 	env.Service.Cluster, env.Service.Quotas = node, node.FSM()
+	env.Service.Holds = reserve.New("n0", 100, 0)
 	return env
 }
 

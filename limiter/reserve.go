@@ -56,6 +56,9 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 	if h == nil {
 		return out, "", err
 	}
+	if !c.Inline() && o.Concurrency > 0 {
+		return s.slotOnly(h, key, n), s.Holds.Commit(h), nil
+	}
 	call := *c
 	call.Now = now
 	if c.HasWait {
@@ -94,18 +97,27 @@ func (s *Service) reserveTTL() int64 {
 
 // slotKey returns the concurrency key and limit of c (n 0: none), built
 // in sc.
+// in sc. An inline concurrency (ReserveOpts) makes the call inline even
+// with no RATE or QUOTA: a key limited only in flight.
 func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, error) {
-	if c.Inline() {
+	if c.Inline() || o.Concurrency > 0 {
 		if o.Concurrency == 0 {
 			return nil, 0, nil
+		}
+		if c.Subject != nil {
+			return nil, 0, errKeyInline
 		}
 		sc.slot = append(append(sc.slot[:0], budget.ConcurrencyPrefix...), c.Path...)
 		return sc.slot, o.Concurrency, nil
 	}
-	if o.Concurrency != 0 {
-		return nil, 0, &fault.Error{Code: "ERR", Msg: "CONCURRENCY belongs to the inline form; a budget node's limit is its concurrency (RL.BUDGET SET path CONCURRENCY n)"}
-	}
 	return s.Cluster.State().Tree.Concurrency(c, &sc.b)
+}
+
+// slotOnly describes a reservation that takes a slot and no tokens: the
+// slots left of the key's n.
+func (s *Service) slotOnly(h *reserve.Hold, key []byte, n int64) Outcome {
+	left := n - int64(s.Holds.InFlight(string(key)))
+	return Outcome{Allowed: 1, LimitedBy: key, Result: engine.Result{Allowed: true, Remaining: max(left, 0), Limit: n}}
 }
 
 // slot opens a hold with a slot of key (limit n), waiting until deadline

@@ -1,0 +1,39 @@
+package server
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sluice-rl/sluice/reserve"
+)
+
+// expireEvery is how often open reservations are checked for expiry: a
+// slot held by a client that died frees at most this long after its TTL.
+const expireEvery = 100 * time.Millisecond
+
+// startReservations gives the service its reservation store (ids carry
+// this node's id; the counter starts at random, so a restarted node does
+// not hand out its earlier ids) and expires reservations on a ticker.
+func (n *Node) startReservations(cfg *Config) {
+	svc := n.Server.env.Service
+	svc.Holds = reserve.New(n.Raft.ID(), cfg.MaxReservations, rand.Uint64()>>1)
+	svc.ReserveTTL = int64(cfg.ReservationTTL)
+	expired := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_reservations_expired_total",
+		Help: "Reservations neither settled nor released within their TTL, settled at their estimate."})
+	n.Server.env.Metrics.Registry.MustRegister(expired,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_open", Help: "Open reservations (RL.RESERVE) on this node."},
+			func() float64 { return float64(svc.Holds.Len()) }))
+	go func() {
+		t := time.NewTicker(expireEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				expired.Add(float64(svc.ExpireReservations(svc.Clock())))
+			case <-n.stop:
+				return
+			}
+		}
+	}()
+}
