@@ -82,6 +82,9 @@ type Service struct {
 	Reserve func(wait time.Duration) bool
 	// Holds keeps the node's open reservations (RL.RESERVE); nil: none.
 	Holds *reserve.Store
+	// Reserved, if set, hears each reservation event: "reserved",
+	// "settled", "released" or "expired", and how many.
+	Reserved func(event string, n int)
 	// ReserveTTL is a reservation's lifetime when its call gives none, in
 	// ns (0: DefaultReserveTTL).
 	ReserveTTL int64
@@ -158,7 +161,19 @@ func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 
 // hold waits ns, and reports false if w's caller went away or the node
 // began to stop first.
-func (s *Service) hold(ns int64, w Watcher) bool {
+func (s *Service) hold(ns int64, w Watcher) bool { return s.wait(ns, nil, w) == timeUp }
+
+// How a wait ended.
+const (
+	timeUp = iota
+	woken  // the wake channel was closed
+	ended  // the caller went away or the node began to stop
+)
+
+// wait waits ns, or until wake is closed (nil: never), w's caller goes
+// away or the node begins to stop, and says which came first. The call is
+// counted as held meanwhile (Waiting).
+func (s *Service) wait(ns int64, wake <-chan struct{}, w Watcher) int {
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
 	if s.Waiting != nil {
@@ -173,12 +188,13 @@ func (s *Service) hold(ns int64, w Watcher) bool {
 	}
 	select {
 	case <-t.C:
-		return true
+		return timeUp
+	case <-wake:
+		return woken
 	case <-s.Shutdown:
-		return false
 	case <-gone:
-		return false
 	}
+	return ended
 }
 
 // resolve decides the form of a call that may name either a budget path

@@ -57,6 +57,7 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		return out, "", err
 	}
 	if !c.Inline() && o.Concurrency > 0 {
+		s.event("reserved", 1)
 		return s.slotOnly(h, key, n), s.Holds.Commit(h), nil
 	}
 	call := *c
@@ -72,6 +73,7 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 	}
 	h.Estimate = out.Cost
 	s.record(h, sc)
+	s.event("reserved", 1)
 	return out, s.Holds.Commit(h), nil
 }
 
@@ -130,36 +132,11 @@ func (s *Service) slot(now, deadline, ttl int64, key []byte, n int64, w Watcher)
 			return h, Outcome{}, now, err
 		}
 		refused := Outcome{LimitedBy: key, Result: engine.Result{Limit: n, RetryAfter: retry, ResetAfter: retry}}
-		if now >= deadline || !s.waitSlot(wake, deadline-now, w) {
+		if now >= deadline || s.wait(deadline-now, wake, w) != woken {
 			return nil, refused, now, nil
 		}
 		now = s.Clock()
 	}
-}
-
-// waitSlot waits up to ns for wake, and reports false if the time ran
-// out, the caller went away or the node began to stop first.
-func (s *Service) waitSlot(wake <-chan struct{}, ns int64, w Watcher) bool {
-	t := time.NewTimer(time.Duration(ns))
-	defer t.Stop()
-	if s.Waiting != nil {
-		s.Waiting(1)
-		defer s.Waiting(-1)
-	}
-	var gone <-chan struct{}
-	if w != nil {
-		var stop func()
-		gone, stop = w.Watch()
-		defer stop()
-	}
-	select {
-	case <-wake:
-		return true
-	case <-t.C:
-	case <-s.Shutdown:
-	case <-gone:
-	}
-	return false
 }
 
 // Settle ends reservation id at its real cost n: the difference from the
@@ -176,6 +153,7 @@ func (s *Service) Settle(id string, n int64) (Outcome, error) {
 	}
 	now := s.Clock()
 	s.adjust(h, now, n-h.Estimate)
+	s.event("settled", 1)
 	return s.describe(h, now), nil
 }
 
@@ -187,6 +165,7 @@ func (s *Service) Release(id string) (bool, error) {
 		return false, err
 	}
 	s.adjust(h, s.Clock(), -h.Estimate)
+	s.event("released", 1)
 	return true, nil
 }
 
@@ -209,7 +188,18 @@ func (s *Service) ExpireReservations(now int64) int {
 	if s.Holds == nil {
 		return 0
 	}
-	return s.Holds.Expire(now, nil)
+	n := s.Holds.Expire(now, nil)
+	if n > 0 {
+		s.event("expired", n)
+	}
+	return n
+}
+
+// event tells the Reserved hook, if any.
+func (s *Service) event(kind string, n int) {
+	if s.Reserved != nil {
+		s.Reserved(kind, n)
+	}
 }
 
 func (s *Service) take(id string) (*reserve.Hold, error) {

@@ -19,9 +19,13 @@ func (n *Node) startReservations(cfg *Config) {
 	svc := n.Server.env.Service
 	svc.Holds = reserve.New(n.Raft.ID(), cfg.MaxReservations, rand.Uint64()>>1)
 	svc.ReserveTTL = int64(cfg.ReservationTTL)
-	expired := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_reservations_expired_total",
-		Help: "Reservations neither settled nor released within their TTL, settled at their estimate."})
-	n.Server.env.Metrics.Registry.MustRegister(expired,
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reservations_total",
+		Help: "Reservations by event: reserved, settled, released, expired (settled at their estimate after their TTL)."}, []string{"event"})
+	for _, e := range []string{"reserved", "settled", "released", "expired"} {
+		events.WithLabelValues(e) // at 0 from the start
+	}
+	svc.Reserved = func(e string, n int) { events.WithLabelValues(e).Add(float64(n)) }
+	n.Server.env.Metrics.Registry.MustRegister(events,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_open", Help: "Open reservations (RL.RESERVE) on this node."},
 			func() float64 { return float64(svc.Holds.Len()) }))
 	go func() {
@@ -30,7 +34,7 @@ func (n *Node) startReservations(cfg *Config) {
 		for {
 			select {
 			case <-t.C:
-				expired.Add(float64(svc.ExpireReservations(svc.Clock())))
+				svc.ExpireReservations(svc.Clock())
 			case <-n.stop:
 				return
 			}
