@@ -66,11 +66,11 @@ func TestOpenAPI(t *testing.T) {
 		{"/v1/reserve", `{"key":"c","concurrency":1,"cost":1}`, 200},
 		{"/v1/reserve", `{"key":"c","concurrency":1,"cost":1}`, 429},
 		{"/v1/reserve", `{"key":"r","rate":10}`, 400},
-		{"/v1/settle", `{"id":"0000000000000001@n1","actual":2}`, 200},
-		{"/v1/settle", `{"id":"0000000000000001@n1","actual":2}`, 404},
-		{"/v1/renew", `{"id":"0000000000000002@n1","ttl_ms":1000}`, 200},
-		{"/v1/release", `{"id":"0000000000000002@n1"}`, 200},
-		{"/v1/release", `{"id":"0000000000000001@n9"}`, 404},
+		{"/v1/settle", `{"id":"00000000000000010000000000000000@n1","actual":2}`, 200},
+		{"/v1/settle", `{"id":"00000000000000010000000000000000@n1","actual":2}`, 404},
+		{"/v1/renew", `{"id":"00000000000000020000000000000000@n1","ttl_ms":1000}`, 200},
+		{"/v1/release", `{"id":"00000000000000020000000000000000@n1"}`, 200},
+		{"/v1/release", `{"id":"00000000000000010000000000000000@n9"}`, 404},
 	}
 	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
 	for i, c := range calls {

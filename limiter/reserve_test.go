@@ -124,7 +124,7 @@ func TestExpirySettlesAtTheEstimateAndRenewExtends(t *testing.T) {
 	if ok, err := s.Renew(b, int64(time.Second)); !ok || err != nil {
 		t.Fatalf("renew: %v %v", ok, err)
 	}
-	if ok, _ := s.Renew("0000000000000099@n1", int64(time.Second)); ok {
+	if ok, _ := s.Renew("00000000000000990000000000000000@n1", int64(time.Second)); ok {
 		t.Fatal("renewed an unknown id")
 	}
 	if n := s.ExpireReservations(t0 + int64(999*time.Millisecond)); n != 0 {
@@ -239,7 +239,7 @@ func TestReservationCapAndForeignIDs(t *testing.T) {
 	if _, id := reserveApp(t, s, 1, time.Second); id == "" {
 		t.Fatal("no room after expiry")
 	}
-	if _, err := s.Settle("0000000000000001@n2", 1); err == nil || !strings.Contains(err.Error(), "'n2'") {
+	if _, err := s.Settle("00000000000000010000000000000000@n2", 1); err == nil || !strings.Contains(err.Error(), "'n2'") {
 		t.Fatalf("foreign id: %v", err)
 	}
 }

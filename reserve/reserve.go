@@ -37,14 +37,12 @@ type Hold struct {
 	Expires  int64 // Unix ns
 
 	id    uint64
+	tag   uint64 // the id's unguessable half
 	arena []byte
 	group *group
 	gi    int // index in group.held
 	hi    int // index in the expiry heap; -1 when not in it
 }
-
-// ID returns the hold's id as clients see it (Store.Format).
-func (h *Hold) ID() uint64 { return h.id }
 
 // Grow makes room for levels more levels and bytes more key and name
 // bytes, so that AddLevel allocates once per hold rather than per level.
@@ -86,6 +84,7 @@ type group struct {
 type Store struct {
 	mu     sync.Mutex
 	node   string
+	tags   func() uint64
 	next   uint64
 	max    int
 	open   int // held, committed or not
@@ -118,28 +117,56 @@ func errElsewhere(id, node string) error {
 		fault.Printable([]byte(id)), fault.Printable([]byte(node)))
 }
 
-// Format returns the id clients see for n: 16 hex digits, '@', the node.
-func (s *Store) Format(n uint64) string {
-	var b [16]byte
-	x := strconv.AppendUint(b[:0], n, 16)
-	return "0000000000000000"[:16-len(x)] + string(x) + "@" + s.node
+// SetTags sets where the unguessable half of each id comes from (a
+// random source; nil: 0, for tests that want fixed ids). Without it, a
+// client could settle or release reservations of others by counting.
+func (s *Store) SetTags(f func() uint64) { s.tags = f }
+
+// Format returns the id clients see for h: its number and its tag in 16
+// hex digits each, '@', the node.
+func (s *Store) Format(h *Hold) string {
+	var b [32]byte
+	hex16(b[:16], h.id)
+	hex16(b[16:], h.tag)
+	return string(b[:]) + "@" + s.node
 }
 
-// local reads an id this node issued: its number, ok. An id of another
-// node is not ok, with the error that says where it lives; anything else
-// that is not one of this node's ids is not ok, with no error.
-func (s *Store) local(id string) (n uint64, ok bool, err error) {
-	if len(id) < 17 || id[16] != '@' {
-		return 0, false, nil
+// hex16 writes v in 16 lower-case hex digits.
+func hex16(b []byte, v uint64) {
+	for i := 15; i >= 0; i-- {
+		b[i] = "0123456789abcdef"[v&15]
+		v >>= 4
 	}
-	n, perr := strconv.ParseUint(id[:16], 16, 64)
-	if perr != nil {
-		return 0, false, nil
+}
+
+// idLen is the length of an id before '@'.
+const idLen = 32
+
+// local reads an id this node issued: its number and tag, ok. An id of
+// another node is not ok, with the error that says where it lives;
+// anything else that is not one of this node's ids is not ok, with no
+// error.
+func (s *Store) local(id string) (n, tag uint64, ok bool, err error) {
+	if len(id) <= idLen || id[idLen] != '@' {
+		return 0, 0, false, nil
 	}
-	if node := id[17:]; node != s.node {
-		return 0, false, errElsewhere(id, node)
+	n, e1 := strconv.ParseUint(id[:16], 16, 64)
+	tag, e2 := strconv.ParseUint(id[16:idLen], 16, 64)
+	if e1 != nil || e2 != nil {
+		return 0, 0, false, nil
 	}
-	return n, true, nil
+	if node := id[idLen+1:]; node != s.node {
+		return 0, 0, false, errElsewhere(id, node)
+	}
+	return n, tag, true, nil
+}
+
+// find returns the open hold id names, or nil (s.mu held).
+func (s *Store) find(n, tag uint64) *Hold {
+	if h := s.byID[n]; h != nil && h.tag == tag {
+		return h
+	}
+	return nil
 }
 
 // Len returns the number of open reservations.

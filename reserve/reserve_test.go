@@ -95,24 +95,26 @@ func TestExpiryOrder(t *testing.T) {
 		t.Fatal("renew")
 	}
 	var got []string
-	s.Expire(t0+100, func(h *Hold) { got = append(got, s.Format(h.ID())) })
+	s.Expire(t0+100, func(h *Hold) { got = append(got, s.Format(h)) })
 	if fmt.Sprint(got) != fmt.Sprint([]string{ids[2], ids[0], ids[1]}) {
 		t.Fatalf("order %v, want %v", got, []string{ids[2], ids[0], ids[1]})
 	}
 }
 
-// Ids carry the node; one of another node is an error that names it, a
-// malformed one is simply unknown.
+// Ids carry the node and an unguessable tag; one of another node is an
+// error that names it, a malformed one, or one with the wrong tag, is
+// simply unknown.
 func TestIDs(t *testing.T) {
 	s := New("node-a", 10, 41)
+	s.SetTags(func() uint64 { return 0xfeedface })
 	id, _ := open(t, s, t0, 10, 1, 0)
-	if id != "000000000000002a@node-a" {
+	if id != "000000000000002a00000000feedface@node-a" {
 		t.Fatalf("id %q", id)
 	}
-	if h, err := s.Take("000000000000002a@node-b"); h != nil || err == nil {
+	if h, err := s.Take("000000000000002a00000000feedface@node-b"); h != nil || err == nil {
 		t.Fatalf("another node's id: %v %v", h, err)
 	}
-	for _, bad := range []string{"", "x", "zzzzzzzzzzzzzzzz@node-a", "000000000000002a"} {
+	for _, bad := range []string{"", "x", "zzzzzzzzzzzzzzzz00000000feedface@node-a", "000000000000002a", "000000000000002a0000000000000000@node-a"} {
 		if h, err := s.Take(bad); h != nil || err != nil {
 			t.Fatalf("%q: %v %v", bad, h, err)
 		}

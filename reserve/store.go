@@ -56,10 +56,13 @@ func (s *Store) Commit(h *Hold) string {
 	s.mu.Lock()
 	s.next++
 	h.id = s.next
+	if s.tags != nil {
+		h.tag = s.tags()
+	}
 	s.byID[h.id] = h
 	heap.Push(&s.exp, h)
 	s.mu.Unlock()
-	return s.Format(h.id)
+	return s.Format(h)
 }
 
 // Abort gives back an opened hold that was never committed.
@@ -96,13 +99,13 @@ func (s *Store) free(h *Hold) {
 // returns it, or nil if there is none; the caller then settles its
 // levels. An id another node issued is an error that says where it lives.
 func (s *Store) Take(id string) (*Hold, error) {
-	n, ok, err := s.local(id)
+	n, tag, ok, err := s.local(id)
 	if !ok {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.byID[n]
+	h := s.find(n, tag)
 	if h != nil {
 		s.remove(h)
 	}
@@ -119,13 +122,13 @@ func (s *Store) remove(h *Hold) {
 // Renew makes id expire ttl ns after now, and reports whether it was
 // open; an id another node issued is an error.
 func (s *Store) Renew(id string, now, ttl int64) (bool, error) {
-	n, ok, err := s.local(id)
+	n, tag, ok, err := s.local(id)
 	if !ok {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.byID[n]
+	h := s.find(n, tag)
 	if h == nil {
 		return false, nil
 	}

@@ -260,7 +260,7 @@ var helpGroups = []struct {
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "apply-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
-	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-key-len", "shards"}},
+	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
 	{"Envoy", []string{"envoy-config"}},
 	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},

@@ -14,10 +14,13 @@ const expireEvery = 100 * time.Millisecond
 
 // startReservations gives the service its reservation store (ids carry
 // this node's id; the counter starts at random, so a restarted node does
-// not hand out its earlier ids) and expires reservations on a ticker.
+// not hand out its earlier ids, and each id has a random half, so that no
+// client can name another's reservation) and expires reservations on a
+// ticker.
 func (n *Node) startReservations(cfg *Config) {
 	svc := n.Server.env.Service
 	svc.Holds = reserve.New(n.Raft.ID(), cfg.MaxReservations, rand.Uint64()>>1)
+	svc.Holds.SetTags(rand.Uint64)
 	svc.ReserveTTL = int64(cfg.ReservationTTL)
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_reservations_total",
 		Help: "Reservations by event: reserved, settled, released, expired (settled at their estimate after their TTL)."}, []string{"event"})
