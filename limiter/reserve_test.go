@@ -214,8 +214,17 @@ func TestConcurrencyPerSubject(t *testing.T) {
 	if res("a") == "" || res("a") != "" || res("b") == "" {
 		t.Fatal("one in flight per user")
 	}
-	if _, _, err := s.Reservation(&limiter.Call{Path: []byte("chat")}, limiter.ReserveOpts{}, &sc, nil); err == nil {
-		t.Fatal("no KEY on a user-scoped node")
+	if _, _, err := s.Reservation(&limiter.Call{Path: []byte("chat")}, limiter.ReserveOpts{}, &sc, nil); err == nil || s.Holds.Len() != 2 {
+		t.Fatalf("no KEY on a user-scoped node: %v, %d open", err, s.Holds.Len())
+	}
+	// Refused calls hold nothing: an unknown path, a call of several parts.
+	if _, _, err := s.Reservation(&limiter.Call{Path: []byte("nosuch")}, limiter.ReserveOpts{}, &sc, nil); err == nil || s.Holds.Len() != 2 {
+		t.Fatalf("no budget node: %v, %d open", err, s.Holds.Len())
+	}
+	inline, _ := engine.NewLimit(engine.TokenBucket, 10, time.Second, 10)
+	if _, _, err := s.Reservation(&limiter.Call{Path: []byte("k"), Rate: &inline, Cost: 1, HasCost: true, With: []limiter.Call{{Path: []byte("j"), Rate: &inline}}},
+		limiter.ReserveOpts{Concurrency: 1}, &sc, nil); err == nil || s.Holds.Len() != 2 || s.Holds.InFlight("concurrency:k") != 0 {
+		t.Fatalf("a call of parts: %v, %d open", err, s.Holds.Len())
 	}
 }
 
