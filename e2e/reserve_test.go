@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	sl "github.com/sluice-rl/sluice/client"
 )
 
 // reserve sends RL.RESERVE and returns its seven fields.
@@ -153,4 +155,48 @@ func TestReservationCapOnTheBinary(t *testing.T) {
 		v, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1)
 		return err == nil && v[6].(string) != ""
 	})
+}
+
+// The Go client reserves, settles, releases and renews on the real
+// binary, in both forms.
+func TestGoClientReservations(t *testing.T) {
+	p := single(t)
+	c := client(t, p.Resp)
+	waitReady(t, c)
+	ctx := context.Background()
+	if err := c.Do(ctx, "RL.BUDGET", "SET", "llm", "RATE", 1000, "PER", "minute", "SCOPE", "user", "CONCURRENCY", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cl := sl.New(c)
+	r, err := cl.ReserveInline(ctx, "k", &sl.Limit{Rate: 100, Per: time.Minute}, 40, sl.TTL(time.Minute))
+	if err != nil || !r.Allowed || r.ID == "" || r.Remaining != 60 {
+		t.Fatalf("inline reserve: %+v %v", r, err)
+	}
+	d, err := cl.Settle(ctx, r.ID, 10)
+	if err != nil || d.Remaining < 90 || d.LimitedBy != "k" {
+		t.Fatalf("settle: %+v %v", d, err)
+	}
+	if _, err := cl.Settle(ctx, r.ID, 10); !sl.IsNoReservation(err) {
+		t.Fatalf("second settle: %v", err)
+	}
+	b, err := cl.Reserve(ctx, "llm", 5, sl.Key("acme"))
+	if err != nil || !b.Allowed || b.ID == "" {
+		t.Fatalf("budget reserve: %+v %v", b, err)
+	}
+	full, err := cl.Reserve(ctx, "llm", 5, sl.Key("acme"))
+	if err != nil || full.Allowed || full.ID != "" || full.LimitedBy != "concurrency:llm#acme" {
+		t.Fatalf("past the concurrency limit: %+v %v", full, err)
+	}
+	if ok, err := cl.Renew(ctx, b.ID, time.Minute); !ok || err != nil {
+		t.Fatalf("renew: %v %v", ok, err)
+	}
+	if ok, err := cl.Release(ctx, b.ID); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if ok, err := cl.Release(ctx, b.ID); ok || err != nil {
+		t.Fatalf("second release: %v %v", ok, err)
+	}
+	if _, err := cl.Acquire(ctx, "llm", sl.TTL(time.Second)); err == nil {
+		t.Fatal("Acquire took a TTL")
+	}
 }
