@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,8 +154,22 @@ func TestReservationCapOnTheBinary(t *testing.T) {
 		t.Fatalf("peek: %v", v)
 	}
 	eventually(t, 5*time.Second, "room after expiry", func() bool {
-		v, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1)
+		v, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1, "TTL", 60000)
 		return err == nil && v[6].(string) != ""
+	})
+	// The metrics saw three reservations expire and one open now.
+	eventually(t, 5*time.Second, "the reservation metrics", func() bool {
+		resp, err := http.Get("http://" + p.HTTP + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := string(b)
+		return strings.Contains(m, `sluice_reservations_total{event="expired"} 3`) &&
+			strings.Contains(m, `sluice_reservations_total{event="reserved"} 4`) &&
+			strings.Contains(m, `sluice_reservations_in_flight{budget="inline"} 1`) &&
+			strings.Contains(m, "sluice_reservations_open 1")
 	})
 }
 

@@ -82,9 +82,10 @@ type Service struct {
 	Reserve func(wait time.Duration) bool
 	// Holds keeps the node's open reservations (RL.RESERVE); nil: none.
 	Holds *reserve.Store
-	// Reserved, if set, hears each reservation event: "reserved",
-	// "settled", "released" or "expired", and how many.
-	Reserved func(event string, n int)
+	// Reserved, if set, hears each reservation event — "reserved",
+	// "settled", "released" or "expired" — with the metrics label of its
+	// budget ("inline" for the inline form).
+	Reserved func(event, budget string)
 	// ReserveTTL is a reservation's lifetime when its call gives none, in
 	// ns (0: DefaultReserveTTL).
 	ReserveTTL int64

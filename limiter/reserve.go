@@ -57,7 +57,8 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		return out, "", err
 	}
 	if !c.Inline() && o.Concurrency > 0 {
-		s.event("reserved", 1)
+		h.Label = "inline"
+		s.event("reserved", h)
 		return s.slotOnly(h, key, n), s.Holds.Commit(h), nil
 	}
 	call := *c
@@ -71,9 +72,12 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		s.Holds.Abort(h)
 		return out, "", err
 	}
-	h.Estimate = out.Cost
+	h.Estimate, h.Label = out.Cost, out.Label
+	if h.Label == "" {
+		h.Label = "inline"
+	}
 	s.record(h, sc)
-	s.event("reserved", 1)
+	s.event("reserved", h)
 	return out, s.Holds.Commit(h), nil
 }
 
@@ -153,7 +157,7 @@ func (s *Service) Settle(id string, n int64) (Outcome, error) {
 	}
 	now := s.Clock()
 	s.adjust(h, now, n-h.Estimate)
-	s.event("settled", 1)
+	s.event("settled", h)
 	return s.describe(h, now), nil
 }
 
@@ -165,7 +169,7 @@ func (s *Service) Release(id string) (bool, error) {
 		return false, err
 	}
 	s.adjust(h, s.Clock(), -h.Estimate)
-	s.event("released", 1)
+	s.event("released", h)
 	return true, nil
 }
 
@@ -188,17 +192,13 @@ func (s *Service) ExpireReservations(now int64) int {
 	if s.Holds == nil {
 		return 0
 	}
-	n := s.Holds.Expire(now, nil)
-	if n > 0 {
-		s.event("expired", n)
-	}
-	return n
+	return s.Holds.Expire(now, func(h *reserve.Hold) { s.event("expired", h) })
 }
 
 // event tells the Reserved hook, if any.
-func (s *Service) event(kind string, n int) {
+func (s *Service) event(kind string, h *reserve.Hold) {
 	if s.Reserved != nil {
-		s.Reserved(kind, n)
+		s.Reserved(kind, h.Label)
 	}
 }
 

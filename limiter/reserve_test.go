@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,8 @@ func TestSettleChargesTheRealCostOnEveryLevel(t *testing.T) {
 // finds nothing.
 func TestReleaseGivesTheEstimateBack(t *testing.T) {
 	s, _ := reserving(t, plan3, 10)
+	var events []string
+	s.Reserved = func(e, budget string) { events = append(events, e+" "+budget) }
 	_, id := reserveApp(t, s, 40, time.Minute)
 	if ok, err := s.Release(id); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
@@ -111,6 +114,14 @@ func TestReleaseGivesTheEstimateBack(t *testing.T) {
 	}
 	if ok, err := s.Release(id); ok || err != nil || s.Holds.Len() != 0 {
 		t.Fatalf("second release: %v %v", ok, err)
+	}
+	_, id = reserveApp(t, s, 1, time.Second)
+	s.Settle(id, 1)
+	reserveApp(t, s, 1, time.Second)
+	s.ExpireReservations(t0 + int64(time.Second))
+	want := "[reserved org released org reserved org settled org reserved org expired org]"
+	if fmt.Sprint(events) != want {
+		t.Fatalf("events %v, want %s", events, want)
 	}
 }
 

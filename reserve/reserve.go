@@ -35,6 +35,9 @@ type Hold struct {
 	Estimate int64
 	Levels   []Level
 	Expires  int64 // Unix ns
+	// Label is the metrics label of the budget it was charged to
+	// ("inline" for the inline form).
+	Label string
 
 	id    uint64
 	tag   uint64 // the id's unguessable half

@@ -27,8 +27,17 @@ func (n *Node) startReservations(cfg *Config) {
 	for _, e := range []string{"reserved", "settled", "released", "expired"} {
 		events.WithLabelValues(e) // at 0 from the start
 	}
-	svc.Reserved = func(e string, n int) { events.WithLabelValues(e).Add(float64(n)) }
-	n.Server.env.Metrics.Registry.MustRegister(events,
+	inFlight := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_reservations_in_flight",
+		Help: "Open reservations by budget: the first path segment of the budget node, or inline."}, []string{"budget"})
+	svc.Reserved = func(e, budget string) {
+		events.WithLabelValues(e).Inc()
+		if e == "reserved" {
+			inFlight.WithLabelValues(budget).Inc()
+		} else {
+			inFlight.WithLabelValues(budget).Dec()
+		}
+	}
+	n.Server.env.Metrics.Registry.MustRegister(events, inFlight,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_reservations_open", Help: "Open reservations (RL.RESERVE) on this node."},
 			func() float64 { return float64(svc.Holds.Len()) }))
 	go func() {
