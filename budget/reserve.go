@@ -12,9 +12,11 @@ func (sc *Scratch) Charged() int { return sc.ch.n }
 
 // ChargedLevel returns request i of the last Acquire on sc, and the name
 // limited_by reports for it. Both point into sc (and the tree) and are
-// valid until sc's next call: a caller that keeps them copies them.
+// valid until sc's next call: a caller that keeps them copies them. The
+// name is built apart from the Acquire's own limited_by, which stays as
+// it was.
 func (sc *Scratch) ChargedLevel(i int) (*engine.Request, []byte) {
-	return &sc.ch.reqs[i], sc.ch.limitedBy(i, sc)
+	return &sc.ch.reqs[i], sc.ch.name(i, &sc.held)
 }
 
 // ConcurrencyPrefix starts the limited_by of a call refused for want of a
@@ -35,7 +37,7 @@ func (t *Tree) Concurrency(c *Call, sc *Scratch) (key []byte, n int64, err error
 	if cfg.Concurrency == 0 {
 		return nil, 0, nil
 	}
-	k := append(sc.name[:0], ConcurrencyPrefix...)
+	k := append(sc.slot[:0], ConcurrencyPrefix...)
 	switch s := cfg.Scope; s {
 	case User, IP, Route:
 		if len(c.Subject) == 0 {
@@ -47,6 +49,6 @@ func (t *Tree) Concurrency(c *Call, sc *Scratch) (key []byte, n int64, err error
 	default:
 		k = append(k, c.Path...)
 	}
-	sc.name = k
+	sc.slot = k
 	return k, cfg.Concurrency, nil
 }

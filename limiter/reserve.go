@@ -102,7 +102,6 @@ func (s *Service) reserveTTL() int64 {
 }
 
 // slotKey returns the concurrency key and limit of c (n 0: none), built
-// in sc.
 // in sc. An inline concurrency (ReserveOpts) makes the call inline even
 // with no RATE or QUOTA: a key limited only in flight.
 func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, error) {
