@@ -86,7 +86,7 @@ type Scratch struct {
 	// names of the levels it charged, its concurrency key), apart from
 	// name, which the call's limited_by may point into.
 	held, slot []byte
-	ch   charges
+	ch         charges
 }
 
 // keys are the keys built for one part of a call.
