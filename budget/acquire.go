@@ -82,7 +82,11 @@ type Scratch struct {
 	name []byte
 	// more holds the keys of a call's further parts (Call.With).
 	more []keys
-	ch   charges
+	// held and slot hold what a reservation reads after its call (the
+	// names of the levels it charged, its concurrency key), apart from
+	// name, which the call's limited_by may point into.
+	held, slot []byte
+	ch         charges
 }
 
 // keys are the keys built for one part of a call.
@@ -263,12 +267,16 @@ func (ch *charges) period(c *Call, i int) quota.Period {
 }
 
 // limitedBy names request i of ch as limited_by reports it.
-func (ch *charges) limitedBy(i int, sc *Scratch) []byte {
+func (ch *charges) limitedBy(i int, sc *Scratch) []byte { return ch.name(i, &sc.name) }
+
+// name names request i of ch as limited_by reports it, building the name
+// in *buf when it is not kept in the plan.
+func (ch *charges) name(i int, buf *[]byte) []byte {
 	plan := ch.planOf(i)
 	if plan == nil {
 		if ch.quota[i] {
-			sc.name = quota.AppendName(sc.name[:0], ch.reqs[i].Key[len(quota.InlineKey):])
-			return sc.name
+			*buf = quota.AppendName((*buf)[:0], ch.reqs[i].Key[len(quota.InlineKey):])
+			return *buf
 		}
 		return ch.reqs[i].Key
 	}
@@ -277,8 +285,8 @@ func (ch *charges) limitedBy(i int, sc *Scratch) []byte {
 	case ch.quota[i] && lv.QuotaName != nil:
 		return lv.QuotaName
 	case ch.quota[i]:
-		sc.name = quota.AppendName(sc.name[:0], ch.reqs[i].Key[len(quota.BudgetKey):])
-		return sc.name
+		*buf = quota.AppendName((*buf)[:0], ch.reqs[i].Key[len(quota.BudgetKey):])
+		return *buf
 	case lv.Name != nil:
 		return lv.Name
 	}

@@ -341,6 +341,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		`{"strategy":"pray"}`:                                              "ERR strategy must be one of reject, queue, degrade",
 		`{"max_wait_ms":-1}`:                                               "ERR max_wait_ms must be an integer between 0 and 60000",
 		`{"cost":-1}`:                                                      "ERR cost must be an integer between 0 and 1000000000000",
+		`{"concurrency":1000001}`:                                          "ERR concurrency must be an integer between 0 and 1000000",
 		`{"colour":"red"}`:                                                 `ERR budget config: unknown field "colour"`,
 		`[1,2]`:                                                            "ERR budget config is not a JSON object: field  must be a map[string]json.RawMessage",
 		`{"sustained":{"rate":5},"algorithm":"fixed_window","burst":{"capacity":9}}`: "ERR burst.capacity must equal sustained.rate for fixed_window (a window admits sustained.rate requests)",
@@ -364,12 +365,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 }
 
 func TestKeywordsMatchJSON(t *testing.T) {
-	kw, err := ParseKeywords(bytesArgs("RATE 5000 PER minute BURST 500 SHARING enforce MODE allocated TOTAL 5000 OVERCOMMIT 1.2 SCOPE user STRATEGY queue MAXWAIT 250 COST 2 ALGO gcra"))
+	kw, err := ParseKeywords(bytesArgs("RATE 5000 PER minute BURST 500 SHARING enforce MODE allocated TOTAL 5000 OVERCOMMIT 1.2 SCOPE user STRATEGY queue MAXWAIT 250 COST 2 ALGO gcra CONCURRENCY 7"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, err := ParseJSON([]byte(`{"rate_limit":{"sharing":"enforce","algorithm":"gcra","sustained":{"rate":5000,"window":"minute"},"burst":{"capacity":500},
-		"budget":{"mode":"allocated","total":5000,"overcommit_ratio":1.2},"scope":"user","strategy":"queue","max_wait_ms":250,"cost":2}}`))
+		"budget":{"mode":"allocated","total":5000,"overcommit_ratio":1.2},"scope":"user","strategy":"queue","max_wait_ms":250,"cost":2,"concurrency":7}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,8 +380,16 @@ func TestKeywordsMatchJSON(t *testing.T) {
 	// The full form round-trips.
 	b, _ := json.Marshal(js)
 	back, err := ParseJSON(b)
-	if err != nil || back != js {
+	if err != nil || back != js || !strings.Contains(string(b), `"concurrency":7`) {
 		t.Fatalf("round trip %s: %+v %v", b, back, err)
+	}
+	// A node without a concurrency limit is written as before.
+	b, _ = json.Marshal(Config{})
+	if strings.Contains(string(b), "concurrency") {
+		t.Fatalf("no limit written as %s", b)
+	}
+	if _, err := ParseKeywords(bytesArgs("CONCURRENCY many")); err == nil || err.Error() != "ERR CONCURRENCY must be an integer between 0 and 1000000" {
+		t.Fatalf("CONCURRENCY many: %v", err)
 	}
 }
 

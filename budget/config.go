@@ -108,6 +108,9 @@ type Config struct {
 	Cost            int64
 	ResponseHeaders bool
 	Quota           *Quota
+	// Concurrency is how many reservations may be in flight at once (per
+	// subject, keyed as the node's own bucket by its scope); 0: no limit.
+	Concurrency int64
 }
 
 // Quota is a calendar quota: Limit tokens per quota.Period in Timezone.
@@ -139,6 +142,7 @@ func (q *Quota) Per() quota.Period { return q.per }
 const (
 	DefaultMaxWaitMs = 1000
 	DefaultCost      = 1
+	MaxConcurrency   = 1_000_000
 	MaxDepth         = 8 // path segments
 	MaxPathLen       = 512
 )
@@ -167,6 +171,7 @@ type configJSON struct {
 	Cost            *number      `json:"cost,omitempty"`
 	ResponseHeaders *bool        `json:"response_headers,omitempty"`
 	Quota           *quotaJS     `json:"quota,omitempty"`
+	Concurrency     *number      `json:"concurrency,omitempty"`
 }
 
 // number is a JSON number kept as written, so that a wrong type can be
@@ -350,6 +355,11 @@ func (js *configJSON) config() (Config, error) {
 			return c, err
 		}
 	}
+	if js.Concurrency != nil {
+		if c.Concurrency, err = intField(js.Concurrency, "concurrency", 0, MaxConcurrency); err != nil {
+			return c, err
+		}
+	}
 	if js.ResponseHeaders != nil {
 		c.ResponseHeaders = *js.ResponseHeaders
 	}
@@ -460,12 +470,13 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Cost            int64  `json:"cost"`
 		ResponseHeaders bool   `json:"response_headers"`
 		Quota           *quo   `json:"quota,omitempty"`
+		Concurrency     int64  `json:"concurrency,omitempty"`
 	}{
 		Sharing: c.Sharing.String(), Algorithm: c.Algorithm.String(),
 		Sustained: sus{Window: FormatWindow(c.Window)},
 		Budget:    bud{Mode: c.Mode.String(), Total: c.Total, OvercommitRatio: float64(c.Overcommit) / 1000},
 		Scope:     c.Scope.String(), Strategy: c.Strategy.String(), MaxWaitMs: c.MaxWaitMs, Cost: c.Cost,
-		ResponseHeaders: c.ResponseHeaders,
+		ResponseHeaders: c.ResponseHeaders, Concurrency: c.Concurrency,
 	}
 	if c.HasLimit {
 		out.Sustained.Rate = c.Rate
@@ -484,7 +495,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // ParseKeywords parses the keyword form of RL.BUDGET SET (everything after
 // the path): RATE n, PER unit, BURST n, ALGO a, SHARING s, MODE m, TOTAL n,
 // OVERCOMMIT x, SCOPE s, STRATEGY s, MAXWAIT ms, COST n, QUOTA n PER
-// period [TZ zone], RESPONSE_HEADERS yes|no.
+// period [TZ zone], RESPONSE_HEADERS yes|no, CONCURRENCY n.
 func ParseKeywords(args [][]byte) (Config, error) {
 	js := configJSON{}
 	str := func(b []byte) *string { s := string(b); return &s }
@@ -556,6 +567,11 @@ func ParseKeywords(args [][]byte) (Config, error) {
 				return Config{}, errf("COST must be an integer between 0 and %d", int64(engine.MaxCost))
 			}
 			js.Cost = num(v)
+		case "CONCURRENCY":
+			if !isInt(v) {
+				return Config{}, errf("CONCURRENCY must be an integer between 0 and %d", int64(MaxConcurrency))
+			}
+			js.Concurrency = num(v)
 		case "RESPONSE_HEADERS":
 			b := strings.EqualFold(string(v), "yes") || string(v) == "1" || strings.EqualFold(string(v), "true")
 			if !b && !(strings.EqualFold(string(v), "no") || string(v) == "0" || strings.EqualFold(string(v), "false")) {

@@ -203,7 +203,9 @@ type callOpts struct {
 	hasCost         bool
 	waitMs          int64
 	hasWait, dryRun bool
-	err             error
+	// Reserve only (TTL, Concurrency).
+	ttlMs, concurrency int64
+	err                error
 }
 
 // Key sets the subject (KEY) for a budget node whose scope is user, ip or
@@ -241,6 +243,9 @@ func (o *callOpts) check(cmd string, lim *Limit, peek bool) error {
 	}
 	if peek && (o.hasWait || o.dryRun) {
 		return fmt.Errorf("client: %s takes no Wait or DryRun option: it never consumes", cmd)
+	}
+	if cmd != "RL.RESERVE" && (o.ttlMs != 0 || o.concurrency != 0) {
+		return fmt.Errorf("client: %s takes no TTL or Concurrency option: they belong to Reserve", cmd)
 	}
 	if lim != nil {
 		return lim.check()
@@ -289,6 +294,12 @@ func callArgs(cmd, target string, lim *Limit, o *callOpts) []any {
 	}
 	if o.hasWait {
 		a = append(a, "WAIT", o.waitMs)
+	}
+	if o.ttlMs != 0 {
+		a = append(a, "TTL", o.ttlMs)
+	}
+	if o.concurrency != 0 {
+		a = append(a, "CONCURRENCY", o.concurrency)
 	}
 	if o.dryRun {
 		a = append(a, "DRYRUN")

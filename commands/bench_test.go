@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strconv"
 	"testing"
+
+	"github.com/sluice-rl/sluice/reserve"
 )
 
 // BenchmarkExecAcquire runs RL.ACQUIRE through the whole command path
@@ -132,6 +134,54 @@ func TestAcquireAllocatesNothing(t *testing.T) {
 			env.Exec(c, s, args)
 		}); n != 0 {
 			t.Errorf("%s: %.1f allocations a call", call, n)
+		}
+	}
+}
+
+// BenchmarkExecReserveSettle runs RL.RESERVE then RL.SETTLE of its id
+// through the whole command path, inline, beside BenchmarkExecAcquire: one
+// iteration is one reservation opened and settled.
+func BenchmarkExecReserveSettle(b *testing.B) {
+	benchReserveSettle(b, nil, "RATE", "1000000000000", "COST", "1")
+}
+
+// BenchmarkExecBudgetReserveSettle is the same in the budget form of
+// BenchmarkExecBudgetAcquire (three levels).
+func BenchmarkExecBudgetReserveSettle(b *testing.B) {
+	benchReserveSettle(b, func(env *Env) {
+		env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce")
+		env.Run("RL.BUDGET", "SET", "system/p", "RATE", "10000000", "SHARING", "enforce")
+		env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SHARING", "enforce", "SCOPE", "user")
+	}, "KEY", "user-1", "COST", "1")
+}
+
+func benchReserveSettle(b *testing.B, setup func(*Env), opts ...string) {
+	env := testEnv(b)
+	env.Service.Holds = reserve.New("n0", 1<<20, 0)
+	target := "key"
+	if setup != nil {
+		setup(env)
+		target = "system/p/t/api"
+	}
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	c := NewCapture()
+	res := [][]byte{[]byte("RL.RESERVE"), []byte(target)}
+	for _, o := range opts {
+		res = append(res, []byte(o))
+	}
+	settle := [][]byte{[]byte("RL.SETTLE"), nil, []byte("ACTUAL"), []byte("1")}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.Reset()
+		env.Exec(c, s, res)
+		r := c.Bytes()
+		r = r[:len(r)-2]
+		settle[1] = r[bytes.LastIndexByte(r, '\n')+1:]
+		c.Reset()
+		env.Exec(c, s, settle)
+		if r := c.Bytes(); r[0] != '*' {
+			b.Fatalf("settle: %q", r)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package commands
 import (
 	"bufio"
 	"bytes"
+	"github.com/sluice-rl/sluice/reserve"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func testEnv(t testing.TB) *Env {
 	}
 	env.Service = env.NewService()
 	env.Service.Cluster, env.Service.Quotas = node, node.FSM()
+	env.Service.Holds = reserve.New("n0", 100, 0)
 	return env
 }
 
@@ -61,6 +63,11 @@ func FuzzCommands(f *testing.F) {
 		"RL.PEEK\x00k\x00RATE\x005\x00COST\x000",
 		"RL.REFUND\x00k\x00COST\x002",
 		"RL.RESET\x00k",
+		"RL.RESERVE\x00k\x00RATE\x0010\x00CONCURRENCY\x002\x00COST\x003\x00TTL\x00100\x00WAIT\x0010",
+		"RL.RESERVE\x00k\x00CONCURRENCY\x001\x00COST\x001",
+		"RL.SETTLE\x0000000000000000010000000000000000@n0\x00ACTUAL\x009",
+		"RL.RELEASE\x0000000000000000020000000000000000@n0",
+		"RL.RENEW\x0000000000000000010000000000000000@n0\x00TTL\x005",
 		"CL.THROTTLE\x00u\x0015\x0030\x0060\x001",
 		"CL.THROTTLE\x00u\x00+0\x00-0\x0060",
 		"RL.ACQUIRE\x00k\x00RATE\x005\x00PER\x009999999999999999999h",

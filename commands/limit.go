@@ -43,6 +43,7 @@ const (
 	optDryRun
 	optSubject // KEY
 	optQuota   // QUOTA n PER period [TZ zone] (with optLimit too)
+	optReserve // TTL ms, CONCURRENCY n (RL.RESERVE)
 )
 
 // limitArgs are the parsed options of RL.ACQUIRE, RL.PEEK and RL.REFUND.
@@ -63,6 +64,10 @@ type limitArgs struct {
 	waitMs   int64
 	hasWait  bool
 	dryRun   bool
+	// RL.RESERVE's own: TTL (ms, 0 for the node's default) and the
+	// inline form's CONCURRENCY (0 for none).
+	ttlMs       int64
+	concurrency int64
 }
 
 func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
@@ -135,6 +140,14 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 			e = once(1<<8, "DRYRUN")
 			la.dryRun = true
 			i-- // takes no value
+		case allowed&optReserve != 0 && eq(a, "TTL"):
+			if v, e = need(i, 1<<9, "TTL"); e == "" {
+				la.ttlMs, e = intArg(v, "TTL", 1, MaxReserveTTLMs)
+			}
+		case allowed&optReserve != 0 && eq(a, "CONCURRENCY"):
+			if v, e = need(i, 1<<10, "CONCURRENCY"); e == "" {
+				la.concurrency, e = intArg(v, "CONCURRENCY", 1, budget.MaxConcurrency)
+			}
 		case allowed&(optLimit|optQuota) != 0 && eq(a, "QUOTA"):
 			if v, e = need(i, 1<<7, "QUOTA"); e == "" {
 				i, e = la.parseQuota(args, i)
@@ -223,8 +236,14 @@ func (ctx *Ctx) checkKey(k []byte) bool {
 
 // writeResult writes the six-element reply (docs/commands.md, "Reply").
 func writeResult(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
+	ctx.Conn.WriteArray(6)
+	writeFields(ctx, allowed, r, limitedBy)
+}
+
+// writeFields writes the six fields of the reply, in an array the caller
+// has begun.
+func writeFields(ctx *Ctx, allowed int, r *engine.Result, limitedBy []byte) {
 	c := ctx.Conn
-	c.WriteArray(6)
 	c.WriteInt(allowed)
 	c.WriteInt64(r.Remaining)
 	c.WriteInt64(r.Limit)
@@ -358,14 +377,7 @@ func resetCmd(ctx *Ctx) {
 		return
 	}
 	ok, err := ctx.Env.Service.Reset(&budget.Call{Path: la.target, Subject: la.subject}, &ctx.S.scratch)
-	switch {
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-	case ok:
-		ctx.Conn.WriteInt(1)
-	default:
-		ctx.Conn.WriteInt(0)
-	}
+	ctx.writeBool(ok, err)
 }
 
 // --- CL.THROTTLE -------------------------------------------------------------

@@ -77,14 +77,7 @@ func quotaReset(ctx *Ctx) {
 		return
 	}
 	found, err := ctx.Env.Service.QuotaReset(&call, &ctx.S.scratch)
-	switch {
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-	case found:
-		ctx.Conn.WriteInt(1)
-	default:
-		ctx.Conn.WriteInt(0)
-	}
+	ctx.writeBool(found, err)
 }
 
 func quotaSyncCmd(ctx *Ctx) {

@@ -121,21 +121,9 @@ func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
 			cnt = st.b
 		}
 		next := state{a: start, b: cnt - back, c: end}
-		if ok {
-			e := sh.entry(i)
-			if !sh.limits[e.lim].lim.same(lim) {
-				sh.dropLimit(e.lim)
-				e.lim = sh.internLimit(lim)
-			}
-			e.st = next
-		} else {
-			if !s.makeRoom(sh, now, nil, nil) {
-				return Result{Refused: true, Limit: lim.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
-			}
-			i = sh.insert(h, r.Key, sh.internLimit(lim), next)
-			s.live.Add(1)
+		if !s.putQuota(sh, h, i, ok, r, now, next, false) {
+			return Result{Refused: true, Limit: lim.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
 		}
-		sh.pending[i] += 0 // a count to commit
 		o = quotaDecide(lim, next, true, now, 0, start, end, base, -1)
 	}
 	return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst, ResetAfter: o.reset}
@@ -187,6 +175,12 @@ func (s *Store) QuotaCount(key []byte, start int64) int64 {
 // maxDebt tokens beyond empty, so that the cluster as a whole converges on
 // the limit. A missing bucket is created. Nothing is recorded for peers.
 func (s *Store) Consume(now int64, space Space, key []byte, lim *Limit, delta, maxDebt int64) {
+	s.consume(now, space, key, lim, delta, maxDebt, false)
+}
+
+// consume is Consume, and with record set notes the tokens for peers as an
+// admission here would (Charge).
+func (s *Store) consume(now int64, space Space, key []byte, lim *Limit, delta, maxDebt int64, record bool) {
 	if delta <= 0 {
 		return
 	}
@@ -208,14 +202,17 @@ func (s *Store) Consume(now int64, space Space, key []byte, lim *Limit, delta, m
 	st = consumeState(lim, st, exists, now, delta, maxDebt)
 	if exists {
 		sh.entry(i).st = st
-		return
+	} else {
+		// Consumption that happened (on another node, or as a settled
+		// reservation's real cost) is recorded even past the bound:
+		// dropping it would let the key exceed its limit.
+		s.makeRoom(sh, now, nil, nil)
+		i = sh.insert(h, key, sh.internLimit(lim), st)
+		s.live.Add(1)
 	}
-	// Consumption that happened on another node is recorded even past the
-	// bound: dropping it would let the key exceed its limit. The peers'
-	// own bounds bound it.
-	s.makeRoom(sh, now, nil, nil)
-	sh.insert(h, key, sh.internLimit(lim), st)
-	s.live.Add(1)
+	if record && s.syncing.Load() {
+		sh.pending[i] += delta
+	}
 }
 
 // consumeState adds delta tokens of consumption to st at now, capped at

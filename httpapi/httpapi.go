@@ -59,6 +59,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/peek", func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, opPeek) })
 	mux.HandleFunc("POST /v1/refund", func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, opRefund) })
 	mux.HandleFunc("POST /v1/quota", func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, opQuota) })
+	a.registerReserve(mux)
 }
 
 type op int
@@ -68,6 +69,7 @@ const (
 	opPeek
 	opRefund
 	opQuota
+	opReserve
 )
 
 // Request is the JSON body: the inline form names key and its limits
@@ -85,6 +87,10 @@ type Request struct {
 	Cost    *int64      `json:"cost"`
 	WaitMs  *int64      `json:"wait_ms"`
 	DryRun  bool        `json:"dry_run"`
+	// Reserve only: the reservation's TTL and the inline form's limit on
+	// reservations in flight.
+	TTLMs       *int64 `json:"ttl_ms"`
+	Concurrency *int64 `json:"concurrency"`
 }
 
 // QuotaLimit is an inline calendar quota: QUOTA limit PER per TZ tz.
@@ -128,26 +134,28 @@ type Problem struct {
 // ProblemInvalid is the type of an error answer.
 const ProblemInvalid = "https://sluice.dev/problems/request-refused"
 
-func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
+// decode checks access (admin: the operation needs the admin role) and
+// reads the body into v, strictly; it answers the error itself and
+// reports false.
+func (a *API) decode(w http.ResponseWriter, r *http.Request, admin bool, v any) bool {
 	if a.Access != nil {
-		if err := a.Access(r, o == opRefund); err != nil {
+		if err := a.Access(r, admin); err != nil {
 			var d *Denied
 			if errors.As(err, &d) {
 				if d.Status == http.StatusUnauthorized {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 				}
 				writeProblem(w, d.Status, "", d.Msg)
-				return
+				return false
 			}
 			writeProblem(w, http.StatusInternalServerError, "", err.Error())
-			return
+			return false
 		}
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		writeProblem(w, http.StatusUnsupportedMediaType, "ERR", "the body must be JSON (Content-Type: application/json)")
-		return
+		return false
 	}
-	var req Request
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err == nil && len(body) > MaxBody {
 		err = fmt.Errorf("the body is larger than %d bytes", MaxBody)
@@ -155,12 +163,20 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
 	if err == nil {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
-		if err = dec.Decode(&req); err == nil && dec.More() {
+		if err = dec.Decode(v); err == nil && dec.More() {
 			err = errors.New("the body must hold one JSON object")
 		}
 	}
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "ERR", "invalid JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
+	var req Request
+	if !a.decode(w, r, o == opRefund, &req) {
 		return
 	}
 	var lim engine.Limit
@@ -196,6 +212,13 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
 		writeError(w, err)
 		return
 	}
+	a.writeOutcome(w, &out, &call, window, o == opAcquire, func(r Reply) any { return r })
+}
+
+// writeOutcome answers an outcome: its fields by name (as body makes them
+// into the JSON body), the rate-limit headers, and for a refusal, when
+// refusal is set, 429 with Retry-After.
+func (a *API) writeOutcome(w http.ResponseWriter, out *limiter.Outcome, call *budget.Call, window time.Duration, refusal bool, body func(Reply) any) {
 	rep := Reply{Allowed: out.Allowed, Remaining: out.Result.Remaining, Limit: out.Result.Limit,
 		ResetAfterMs: engine.CeilMs(out.Result.ResetAfter), LimitedBy: string(out.LimitedBy)}
 	if out.Allowed != 1 {
@@ -213,13 +236,13 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, o op) {
 		ratehdr.Each(rep.Limit, rep.Remaining, out.Allowed == 2, time.Duration(rep.ResetAfterMs)*time.Millisecond, window, h.Set)
 	}
 	status := http.StatusOK
-	if o == opAcquire && out.Allowed == 0 {
+	if refusal && out.Allowed == 0 {
 		status = http.StatusTooManyRequests
 		if v, ok := ratehdr.RetryAfter(retry); ok {
 			h.Set("Retry-After", v)
 		}
 	}
-	writeJSON(w, status, rep)
+	writeJSON(w, status, body(rep))
 }
 
 // budgetWindow is the window of the budget node limited_by names (its
@@ -277,7 +300,7 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 	if req.Key != nil && req.Subject != nil {
 		return c, 0, fault.New("ERR", "subject belongs to the budget form; an inline limit's key is key")
 	}
-	if req.Key != nil && !inline && o == opAcquire {
+	if req.Key != nil && !inline && (o == opAcquire || o == opReserve && req.Concurrency == nil) {
 		return c, 0, fault.New("ERR", "rate (or quota) is required with key: an inline limit travels with the call; use path for a budget node")
 	}
 	if req.Subject != nil {
@@ -289,8 +312,11 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 	if req.Rate == nil && (req.Per != nil || req.Burst != nil || req.Algo != nil) {
 		return c, 0, fault.New("ERR", "rate is required with per, burst or algo")
 	}
-	if o != opAcquire && (req.WaitMs != nil || req.DryRun) {
-		return c, 0, fault.New("ERR", "wait_ms and dry_run belong to acquire")
+	if o != opAcquire && (req.WaitMs != nil && o != opReserve || req.DryRun) {
+		return c, 0, fault.New("ERR", "wait_ms and dry_run belong to acquire (and wait_ms to reserve)")
+	}
+	if o != opReserve && (req.TTLMs != nil || req.Concurrency != nil) {
+		return c, 0, fault.New("ERR", "ttl_ms and concurrency belong to reserve")
 	}
 	var window time.Duration
 	if req.Rate != nil {
@@ -347,6 +373,8 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		c.Cost, c.HasCost = *req.Cost, true
 	} else if o == opRefund {
 		return c, 0, fault.New("ERR", "cost is required: how many tokens to give back")
+	} else if o == opReserve {
+		return c, 0, fault.New("ERR", "cost is required: the estimate to reserve")
 	}
 	if req.WaitMs != nil {
 		if *req.WaitMs < 0 || *req.WaitMs > MaxWaitMs {
@@ -361,7 +389,7 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 // statusOf maps an error code to the HTTP status that answers it.
 func statusOf(code string) int {
 	switch code {
-	case "NOBUDGET":
+	case "NOBUDGET", "NORESERVATION":
 		return http.StatusNotFound
 	case "TRYAGAIN", "CLUSTERDOWN":
 		return http.StatusServiceUnavailable

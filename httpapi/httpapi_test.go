@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/sluice-rl/sluice/internal/testlimiter"
+	"github.com/sluice-rl/sluice/reserve"
 )
 
 func newAPI(t *testing.T) *http.ServeMux {
@@ -20,6 +21,7 @@ func newAPI(t *testing.T) *http.ServeMux {
 	now := time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).UnixNano()
 	svc := testlimiter.New(t, `{"budgets":{"api":{"sustained":{"rate":2,"window":"minute"},"quota":{"limit":5,"period":"day"}}}}`, 8,
 		func() int64 { return now })
+	svc.Holds = reserve.New("n1", 100, 0)
 	mux := http.NewServeMux()
 	(&API{Service: svc, MaxKeyLen: 1024}).Register(mux)
 	return mux
@@ -59,6 +61,16 @@ func TestOpenAPI(t *testing.T) {
 		{"/v1/refund", `{"key":"u","cost":1}`, 200},
 		{"/v1/quota", `{"path":"api"}`, 200},
 		{"/v1/quota", `{"key":"nothing"}`, 400},
+		{"/v1/reserve", `{"key":"r","rate":10,"cost":4,"ttl_ms":60000}`, 200},
+		{"/v1/reserve", `{"key":"r","rate":10,"cost":7}`, 429},
+		{"/v1/reserve", `{"key":"c","concurrency":1,"cost":1}`, 200},
+		{"/v1/reserve", `{"key":"c","concurrency":1,"cost":1}`, 429},
+		{"/v1/reserve", `{"key":"r","rate":10}`, 400},
+		{"/v1/settle", `{"id":"00000000000000010000000000000000@n1","actual":2}`, 200},
+		{"/v1/settle", `{"id":"00000000000000010000000000000000@n1","actual":2}`, 404},
+		{"/v1/renew", `{"id":"00000000000000020000000000000000@n1","ttl_ms":1000}`, 200},
+		{"/v1/release", `{"id":"00000000000000020000000000000000@n1"}`, 200},
+		{"/v1/release", `{"id":"00000000000000010000000000000000@n9"}`, 404},
 	}
 	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
 	for i, c := range calls {
@@ -69,7 +81,7 @@ func TestOpenAPI(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
-		if err := openapi3filter.ValidateRequest(ctx, in); (err != nil) != (c.status == 400 && c.path == "/v1/acquire") {
+		if err := openapi3filter.ValidateRequest(ctx, in); (err != nil) != (c.status == 400 && (c.path == "/v1/acquire" || c.path == "/v1/reserve")) {
 			t.Fatalf("call %d %s: request does not match the document: %v", i, c.body, err)
 		}
 		req.Body = io.NopCloser(bytes.NewReader([]byte(c.body)))

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/reserve"
 )
 
 // Call is one limiting call (budget.Call: inline when Rate or Quota is
@@ -31,8 +32,9 @@ type Outcome = budget.Outcome
 // Scratch is a caller's reusable buffer for the keys and names a call
 // builds; one per connection (or goroutine), so that calls do not allocate.
 type Scratch struct {
-	b   budget.Scratch
-	lim engine.Limit // a bucket's own limit, when the call names none
+	b    budget.Scratch
+	lim  engine.Limit // a bucket's own limit, when the call names none
+	slot []byte       // an inline reservation's concurrency key
 }
 
 // Cluster is the replicated state a service reads and writes; a
@@ -78,6 +80,15 @@ type Service struct {
 	// whether it answered within wait (quota.Reserver.Reserve): a call a
 	// quota refused for want of units reserved here tries once more.
 	Reserve func(wait time.Duration) bool
+	// Holds keeps the node's open reservations (RL.RESERVE); nil: none.
+	Holds *reserve.Store
+	// Reserved, if set, hears each reservation event — "reserved",
+	// "settled", "released" or "expired" — with the metrics label of its
+	// budget ("inline" for the inline form).
+	Reserved func(event, budget string)
+	// ReserveTTL is a reservation's lifetime when its call gives none, in
+	// ns (0: DefaultReserveTTL).
+	ReserveTTL int64
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one
@@ -151,7 +162,19 @@ func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 
 // hold waits ns, and reports false if w's caller went away or the node
 // began to stop first.
-func (s *Service) hold(ns int64, w Watcher) bool {
+func (s *Service) hold(ns int64, w Watcher) bool { return s.wait(ns, nil, w) == timeUp }
+
+// How a wait ended.
+const (
+	timeUp = iota
+	woken  // the wake channel was closed
+	ended  // the caller went away or the node began to stop
+)
+
+// wait waits ns, or until wake is closed (nil: never), w's caller goes
+// away or the node begins to stop, and says which came first. The call is
+// counted as held meanwhile (Waiting).
+func (s *Service) wait(ns int64, wake <-chan struct{}, w Watcher) int {
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
 	if s.Waiting != nil {
@@ -166,12 +189,13 @@ func (s *Service) hold(ns int64, w Watcher) bool {
 	}
 	select {
 	case <-t.C:
-		return true
+		return timeUp
+	case <-wake:
+		return woken
 	case <-s.Shutdown:
-		return false
 	case <-gone:
-		return false
 	}
+	return ended
 }
 
 // resolve decides the form of a call that may name either a budget path

@@ -51,6 +51,8 @@ type Config struct {
 	Timeout, AuthTimeout time.Duration
 	MaxBuckets           int
 	MaxQuotas            int
+	MaxReservations      int
+	ReservationTTL       time.Duration
 	MaxKeyLen            int
 	MaxBulkLen           int
 	MaxArgs              int
@@ -207,6 +209,8 @@ var settings = []setting{
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections (also --max-clients, SLUICE_MAX_CLIENTS)", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
+	{name: "max-reservations", def: "1000000", usage: "maximum open reservations (RL.RESERVE) on this node; one more is refused until some are settled, released or expire", bind: num(func(c *Config) *int { return &c.MaxReservations })},
+	{name: "reservation-ttl", def: "60s", usage: "how long a reservation lives when RL.RESERVE gives no TTL; it is then settled at its estimate", bind: dur(func(c *Config) *time.Duration { return &c.ReservationTTL })},
 	{name: "max-key-len", def: "1024", usage: "maximum key or budget path length in bytes", bind: num(func(c *Config) *int { return &c.MaxKeyLen })},
 	{name: "max-bulk-len", def: "33554432", usage: "maximum length of one RESP argument in bytes", bind: num(func(c *Config) *int { return &c.MaxBulkLen })},
 	{name: "max-client-buffers", def: "1073741824", usage: "maximum bytes of every client connection's read buffer and queued transaction together; a command that would grow a read buffer past it is refused and its connection closed, one that would grow a transaction's queue is refused", bind: num(func(c *Config) *int { return &c.MaxClientBuffers })},
@@ -267,7 +271,7 @@ var helpGroups = []struct {
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
-	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-key-len", "shards"}},
+	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
 	{"Envoy", []string{"envoy-config"}},
 	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},
@@ -591,6 +595,10 @@ func (c *Config) Validate() error {
 	intRange("max-buckets", c.MaxBuckets, 1000, 1<<32)
 	intRange("max-quota-counters", c.MaxQuotas, 0, 1<<32)
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
+	intRange("max-reservations", c.MaxReservations, 1, 100_000_000)
+	if c.ReservationTTL < time.Second || c.ReservationTTL > time.Hour {
+		bad("reservation-ttl", "must be between 1s and 1h, got %v", c.ReservationTTL)
+	}
 	intRange("max-bulk-len", c.MaxBulkLen, 1024, 512<<20)
 	intRange("max-args", c.MaxArgs, 16, 1<<20)
 	if c.MaxClientBuffers < 2*c.MaxBulkLen || c.MaxClientBuffers > 1<<40 {

@@ -112,6 +112,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	y := newSyncer(n, peerClient)
 	go y.run(cfg.SyncInterval)
 	n.startQuotaSync(&cfg)
+	n.startReservations(&cfg)
 	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
 	go newLeaser(n, leaseClient).run()
 	s.Serve()

@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// TestChargeGoesIntoDebt drives every algorithm on the fixed timeline: 5
+// admitted of 10, then a forced charge of 15 puts the bucket 10 tokens
+// beyond empty, so the next call waits for the debt to refill as well.
+func TestChargeGoesIntoDebt(t *testing.T) {
+	cell, err := NewCellLimit(9, 10, 1) // burst 10, one token per 100ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		lim   *Limit
+		retry time.Duration // of one more token right after the charge
+	}{
+		{mustLimit(t, TokenBucket, 10, sec, 10), 1100 * ms}, // 20 used, 9 allowed: 11 tokens at 100ms
+		{mustLimit(t, GCRA, 10, sec, 10), 1100 * ms},
+		{mustLimit(t, LeakyBucket, 10, sec, 10), 1100 * ms},
+		{&cell, 1100 * ms},
+		{mustLimit(t, FixedWindow, 10, sec, 10), 1000 * ms},   // 20 counted in this window
+		{mustLimit(t, SlidingWindow, 10, sec, 10), 1550 * ms}, // 20×(1−e)+1 ≤ 10 at e = 0.55
+	}
+	for _, c := range cases {
+		t.Run(c.lim.Algo.String(), func(t *testing.T) {
+			s := New(Options{Shards: 4})
+			r := Request{Key: []byte("k"), Limit: c.lim, Cost: 5}
+			if got := s.Acquire(t0, r, 0, false); !got.Allowed || got.Remaining != 5 {
+				t.Fatalf("first acquire: %+v", got)
+			}
+			s.Charge(t0, &r, 0) // nothing
+			r.Cost = 1
+			if got := s.Acquire(t0, r, 0, true); !got.Allowed {
+				t.Fatalf("a charge of 0 took tokens: %+v", got)
+			}
+			s.Charge(t0, &r, 15)
+			got := s.Acquire(t0, r, 0, false)
+			if got.Allowed || got.Remaining != 0 || got.RetryAfter != int64(c.retry) {
+				t.Fatalf("after the charge: allowed=%v remaining=%d retry=%v; want denied, 0, %v",
+					got.Allowed, got.Remaining, time.Duration(got.RetryAfter), c.retry)
+			}
+			if got := s.Acquire(t0+int64(c.retry), r, 0, false); !got.Allowed {
+				t.Fatalf("at the retry time: %+v", got)
+			}
+		})
+	}
+}
+
+// TestChargeCreatesAndRecords: a charge on a missing bucket creates it in
+// debt, and peers hear of the tokens as of an admission.
+func TestChargeCreatesAndRecords(t *testing.T) {
+	s := New(Options{Shards: 4})
+	s.SetSyncing(true)
+	l := mustLimit(t, TokenBucket, 10, sec, 10)
+	r := Request{Key: []byte("k"), Limit: l}
+	s.Charge(t0, &r, 30)
+	var got int64
+	s.Drain(func(_ Space, key []byte, _ *Limit, d int64) { got += d })
+	if got != 30 {
+		t.Fatalf("peers heard %d tokens, want 30", got)
+	}
+	r.Cost = 1
+	if res := s.Acquire(t0, r, 0, false); res.Allowed || res.RetryAfter != int64(2100*ms) {
+		t.Fatalf("after a charge of 30 on burst 10: %+v, want retry 2.1s", res)
+	}
+}
+
+// TestChargeQuotaCountsPastTheQuota: the real total counts, even beyond
+// the quota, and nothing more is admitted until the period ends.
+func TestChargeQuotaCountsPastTheQuota(t *testing.T) {
+	s := New(Options{Shards: 4})
+	q, err := NewQuotaLimit(10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := int64(24 * time.Hour)
+	r := Request{Space: SpaceQuota, Key: []byte("acme"), Limit: &q, Cost: 4, PeriodStart: t0, PeriodEnd: t0 + day}
+	if res := s.Acquire(t0, r, 0, false); !res.Allowed {
+		t.Fatalf("first: %+v", res)
+	}
+	s.Charge(t0, &r, 9)
+	if used := s.QuotaUsed(&r); used != 13 {
+		t.Fatalf("used %d, want 13", used)
+	}
+	r.Cost = 1
+	if res := s.Acquire(t0+int64(time.Hour), r, 0, false); res.Allowed || res.RetryAfter != day-int64(time.Hour) {
+		t.Fatalf("over the quota: %+v", res)
+	}
+	n := int64(0)
+	s.PendingQuota(func(_ []byte, _ *Limit, _, _, c int64) { n += c })
+	if n != 13 {
+		t.Fatalf("pending for the cluster %d, want 13", n)
+	}
+}

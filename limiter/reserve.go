@@ -1,0 +1,245 @@
+package limiter
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/budget"
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/reserve"
+)
+
+// DefaultReserveTTL is how long a reservation lives when neither the call
+// nor the node says otherwise.
+const DefaultReserveTTL = int64(60 * time.Second)
+
+// ReserveOpts are what RL.RESERVE takes besides the call itself.
+type ReserveOpts struct {
+	// TTL in ns; 0: the service's ReserveTTL.
+	TTL int64
+	// Concurrency is the inline form's limit on reservations in flight
+	// for the key (0: none). The budget form's comes from the node.
+	Concurrency int64
+}
+
+// errReserveOff answers reservation commands on a service built without
+// a reservation store.
+var errReserveOff = &fault.Error{Code: "ERR", Msg: "reservations are not enabled on this node"}
+
+// Reservation admits c as RL.ACQUIRE with COST estimate would (c.Cost:
+// every level and quota, all or nothing) and holds what it charged under
+// the id it returns, after taking a concurrency slot if the target has a
+// limit. A call refused (by a level, or for want of a slot) holds nothing
+// and returns no id; with c's WAIT it first waits for a slot, then for
+// tokens, within the same bound.
+func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (Outcome, string, error) {
+	if s.Holds == nil {
+		return Outcome{}, "", errReserveOff
+	}
+	if len(c.With) > 0 || c.DryRun {
+		return Outcome{}, "", &fault.Error{Code: "ERR", Msg: "a reservation takes one call, not a dry run nor several parts"}
+	}
+	key, n, err := s.slotKey(c, o, sc)
+	if err != nil {
+		return Outcome{}, "", err
+	}
+	now := c.Now
+	if now == 0 {
+		now = s.Clock()
+	}
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = s.reserveTTL()
+	}
+	deadline := now + c.WaitMs*int64(time.Millisecond)
+	h, out, now, err := s.slot(now, deadline, ttl, key, n, w)
+	if h == nil {
+		return out, "", err
+	}
+	if !c.Inline() && o.Concurrency > 0 {
+		h.Label = "inline"
+		s.event("reserved", h)
+		return s.slotOnly(h, key, n), s.Holds.Commit(h), nil
+	}
+	call := *c
+	call.Now = now
+	if c.HasWait {
+		// What is left of WAIT after the slot is the bound on tokens.
+		call.WaitMs = max(deadline-now, 0) / int64(time.Millisecond)
+	}
+	out, err = s.Acquire(&call, sc, w)
+	if err != nil || out.Allowed != 1 {
+		s.Holds.Abort(h)
+		return out, "", err
+	}
+	h.Estimate, h.Label = out.Cost, out.Label
+	if h.Label == "" {
+		h.Label = "inline"
+	}
+	s.record(h, sc)
+	s.event("reserved", h)
+	return out, s.Holds.Commit(h), nil
+}
+
+// record copies into h every request the call admitted on sc charged.
+func (s *Service) record(h *reserve.Hold, sc *Scratch) {
+	levels, size := sc.b.Charged(), 0
+	for i := 0; i < levels; i++ {
+		r, name := sc.b.ChargedLevel(i)
+		size += len(r.Key) + len(name)
+	}
+	h.Grow(levels, size)
+	for i := 0; i < levels; i++ {
+		h.AddLevel(sc.b.ChargedLevel(i))
+	}
+}
+
+func (s *Service) reserveTTL() int64 {
+	if s.ReserveTTL > 0 {
+		return s.ReserveTTL
+	}
+	return DefaultReserveTTL
+}
+
+// slotKey returns the concurrency key and limit of c (n 0: none), built
+// in sc. An inline concurrency (ReserveOpts) makes the call inline even
+// with no RATE or QUOTA: a key limited only in flight.
+func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, error) {
+	if c.Inline() || o.Concurrency > 0 {
+		if o.Concurrency == 0 {
+			return nil, 0, nil
+		}
+		if c.Subject != nil {
+			return nil, 0, errKeyInline
+		}
+		sc.slot = append(append(sc.slot[:0], budget.ConcurrencyPrefix...), c.Path...)
+		return sc.slot, o.Concurrency, nil
+	}
+	return s.Cluster.State().Tree.Concurrency(c, &sc.b)
+}
+
+// slotOnly describes a reservation that takes a slot and no tokens: the
+// slots left of the key's n.
+func (s *Service) slotOnly(h *reserve.Hold, key []byte, n int64) Outcome {
+	left := n - int64(s.Holds.InFlight(string(key)))
+	return Outcome{Allowed: 1, LimitedBy: key, Result: engine.Result{Allowed: true, Remaining: max(left, 0), Limit: n}}
+}
+
+// slot opens a hold with a slot of key (limit n), waiting until deadline
+// for one to free if need be. It returns the hold and the time it got it,
+// or no hold and the refusal (or error) to answer.
+func (s *Service) slot(now, deadline, ttl int64, key []byte, n int64, w Watcher) (*reserve.Hold, Outcome, int64, error) {
+	for {
+		h, retry, wake, err := s.Holds.Open(now, ttl, key, n)
+		if h != nil || err != nil {
+			return h, Outcome{}, now, err
+		}
+		refused := Outcome{LimitedBy: key, Result: engine.Result{Limit: n, RetryAfter: retry, ResetAfter: retry}}
+		if now >= deadline || s.wait(deadline-now, wake, w) != woken {
+			return nil, refused, now, nil
+		}
+		now = s.Clock()
+	}
+}
+
+// Settle ends reservation id at its real cost n: the difference from the
+// estimate is given back on every level it charged when n is less, and
+// charged when n is more — never refused, the buckets may go into debt,
+// and quotas count the real total. It describes the levels afterwards.
+func (s *Service) Settle(id string, n int64) (Outcome, error) {
+	h, err := s.take(id)
+	if h == nil {
+		if err == nil {
+			err = reserve.ErrUnknown(id)
+		}
+		return Outcome{}, err
+	}
+	now := s.Clock()
+	s.adjust(h, now, n-h.Estimate)
+	s.event("settled", h)
+	return s.describe(h, now), nil
+}
+
+// Release ends reservation id without the work: the whole estimate goes
+// back. It reports false if there was no such reservation.
+func (s *Service) Release(id string) (bool, error) {
+	h, err := s.take(id)
+	if h == nil {
+		return false, err
+	}
+	s.adjust(h, s.Clock(), -h.Estimate)
+	s.event("released", h)
+	return true, nil
+}
+
+// Renew makes reservation id expire ttl ns from now (0: the service's
+// default TTL) and reports whether it was open.
+func (s *Service) Renew(id string, ttl int64) (bool, error) {
+	if s.Holds == nil {
+		return false, errReserveOff
+	}
+	if ttl == 0 {
+		ttl = s.reserveTTL()
+	}
+	return s.Holds.Renew(id, s.Clock(), ttl)
+}
+
+// ExpireReservations settles at their estimate the reservations whose
+// time is up at now — what they charged stays charged — and frees their
+// slots; it returns how many there were. The node calls it on a ticker.
+func (s *Service) ExpireReservations(now int64) int {
+	if s.Holds == nil {
+		return 0
+	}
+	return s.Holds.Expire(now, func(h *reserve.Hold) { s.event("expired", h) })
+}
+
+// event tells the Reserved hook, if any.
+func (s *Service) event(kind string, h *reserve.Hold) {
+	if s.Reserved != nil {
+		s.Reserved(kind, h.Label)
+	}
+}
+
+func (s *Service) take(id string) (*reserve.Hold, error) {
+	if s.Holds == nil {
+		return nil, errReserveOff
+	}
+	return s.Holds.Take(id)
+}
+
+// adjust charges delta more tokens (or gives -delta back) on every level h
+// charged.
+func (s *Service) adjust(h *reserve.Hold, now, delta int64) {
+	for i := range h.Levels {
+		r := h.Levels[i].Request()
+		switch {
+		case delta > 0:
+			s.Store.Charge(now, &r, delta)
+		case delta < 0 && r.Space == engine.SpaceQuota:
+			s.Store.RefundQuota(now, &r, -delta)
+		case delta < 0:
+			s.Store.Refund(now, r.Space, r.Key, r.Limit, -delta)
+		}
+	}
+}
+
+// describe answers for h's levels as RL.PEEK with COST 0 would: the
+// tightest level now.
+func (s *Service) describe(h *reserve.Hold, now int64) Outcome {
+	n := len(h.Levels)
+	if n == 0 {
+		return Outcome{Allowed: 1, Unlimited: true, Result: engine.Result{Allowed: true, Remaining: -1, Limit: -1}}
+	}
+	var reqs [engine.MaxLevels]engine.Request
+	for i := range h.Levels {
+		reqs[i] = h.Levels[i].Request()
+	}
+	var r engine.Result
+	if n == 1 {
+		r = s.Store.Acquire(now, reqs[0], 0, true)
+	} else {
+		r = s.Store.AcquireAll(now, reqs[:n], 0, true)
+	}
+	return Outcome{Allowed: 1, Result: r, LimitedBy: h.Levels[r.Level].Name, Cost: h.Estimate, Levels: n}
+}

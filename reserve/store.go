@@ -1,0 +1,212 @@
+package reserve
+
+import "container/heap"
+
+// Open starts a reservation at now that expires ttl ns later, taking a
+// slot of the concurrency key (limit n; an empty key or n 0: no slot).
+// When every slot is taken it returns nil with retry, the ns until the
+// earliest held slot expires, and wake, closed when any slot of the key
+// frees. At the node's maximum it returns ErrFull. The caller charges the
+// engine, then calls Commit, or Abort if the charge was refused.
+func (s *Store) Open(now, ttl int64, key []byte, n int64) (h *Hold, retry int64, wake <-chan struct{}, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open >= s.max {
+		return nil, 0, nil, ErrFull
+	}
+	var g *group
+	if n > 0 && len(key) > 0 {
+		g = s.groups[string(key)]
+		if g == nil {
+			g = &group{key: string(key)}
+			s.groups[g.key] = g
+		}
+		g.limit = n // the latest call's limit governs
+		if int64(len(g.held)) >= n {
+			if g.wake == nil {
+				g.wake = make(chan struct{})
+			}
+			return nil, g.retry(now), g.wake, nil
+		}
+	}
+	h = &Hold{Expires: now + ttl, group: g, hi: -1}
+	if g != nil {
+		h.gi = len(g.held)
+		g.held = append(g.held, h)
+	}
+	s.open++
+	return h, 0, nil, nil
+}
+
+// retry returns the ns until the earliest of g's held slots expires (at
+// least 1).
+func (g *group) retry(now int64) int64 {
+	first := int64(0)
+	for i, h := range g.held {
+		if i == 0 || h.Expires < first {
+			first = h.Expires
+		}
+	}
+	return max(first-now, 1)
+}
+
+// Commit makes an opened hold settleable and returns its id.
+func (s *Store) Commit(h *Hold) string {
+	h.fixLevels()
+	s.mu.Lock()
+	s.next++
+	h.id = s.next
+	if s.tags != nil {
+		h.tag = s.tags()
+	}
+	s.byID[h.id] = h
+	heap.Push(&s.exp, h)
+	s.mu.Unlock()
+	return s.Format(h)
+}
+
+// Abort gives back an opened hold that was never committed.
+func (s *Store) Abort(h *Hold) {
+	s.mu.Lock()
+	s.free(h)
+	s.mu.Unlock()
+}
+
+// free drops h's slot and its place in the count (s.mu held), waking the
+// waiters of its key.
+func (s *Store) free(h *Hold) {
+	s.open--
+	g := h.group
+	if g == nil {
+		return
+	}
+	last := len(g.held) - 1
+	g.held[h.gi] = g.held[last]
+	g.held[h.gi].gi = h.gi
+	g.held[last] = nil
+	g.held = g.held[:last]
+	h.group = nil
+	if g.wake != nil {
+		close(g.wake)
+		g.wake = nil
+	}
+	if len(g.held) == 0 {
+		delete(s.groups, g.key)
+	}
+}
+
+// Take removes the open reservation id (to settle or release it) and
+// returns it, or nil if there is none; the caller then settles its
+// levels. An id another node issued is an error that says where it lives.
+func (s *Store) Take(id string) (*Hold, error) {
+	n, tag, ok, err := s.local(id)
+	if !ok {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.find(n, tag)
+	if h != nil {
+		s.remove(h)
+	}
+	return h, nil
+}
+
+// remove forgets a committed hold (s.mu held).
+func (s *Store) remove(h *Hold) {
+	delete(s.byID, h.id)
+	heap.Remove(&s.exp, h.hi)
+	s.free(h)
+}
+
+// Renew makes id expire ttl ns after now, and reports whether it was
+// open; an id another node issued is an error.
+func (s *Store) Renew(id string, now, ttl int64) (bool, error) {
+	n, tag, ok, err := s.local(id)
+	if !ok {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.find(n, tag)
+	if h == nil {
+		return false, nil
+	}
+	h.Expires = now + ttl
+	heap.Fix(&s.exp, h.hi)
+	return true, nil
+}
+
+// Expire removes every reservation whose time is up at now and calls f
+// with each (after the store's lock is let go), oldest first. It costs
+// O(log n) per expired reservation and O(1) when none is due.
+func (s *Store) Expire(now int64, f func(*Hold)) int {
+	var due []*Hold
+	s.mu.Lock()
+	for len(s.exp) > 0 && s.exp[0].Expires <= now {
+		h := s.exp[0]
+		s.remove(h)
+		due = append(due, h)
+	}
+	s.mu.Unlock()
+	if f != nil {
+		for _, h := range due {
+			f(h)
+		}
+	}
+	return len(due)
+}
+
+// NextExpiry returns when the earliest open reservation expires, and
+// false if none is open.
+func (s *Store) NextExpiry() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.exp) == 0 {
+		return 0, false
+	}
+	return s.exp[0].Expires, true
+}
+
+// InFlight returns how many slots of key are taken.
+func (s *Store) InFlight(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.groups[key]; g != nil {
+		return len(g.held)
+	}
+	return 0
+}
+
+// expiry is a min-heap of committed holds by Expires.
+type expiry []*Hold
+
+func (e expiry) Len() int           { return len(e) }
+func (e expiry) Less(i, j int) bool { return e[i].Expires < e[j].Expires }
+func (e expiry) Swap(i, j int) {
+	e[i], e[j] = e[j], e[i]
+	e[i].hi, e[j].hi = i, j
+}
+func (e *expiry) Push(x any) {
+	h := x.(*Hold)
+	h.hi = len(*e)
+	*e = append(*e, h)
+}
+func (e *expiry) Pop() any {
+	old := *e
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	*e = old[:len(old)-1]
+	h.hi = -1
+	return h
+}
+
+// Waiters reports whether anyone waits for a slot of key (1) or not (0).
+func (s *Store) Waiters(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.groups[key]; g != nil && g.wake != nil {
+		return 1
+	}
+	return 0
+}
