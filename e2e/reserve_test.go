@@ -121,17 +121,23 @@ func TestDeadClientsSlotsComeBackAfterTTL(t *testing.T) {
 	if err != nil || v[0].(int64) != 0 || v[6].(string) != "" || v[3].(int64) <= 0 || v[3].(int64) > ttl.Milliseconds() {
 		t.Fatalf("right after the kill, a fourth: %v %v", v, err)
 	}
+	// The promise is the server's: no call it takes later than TTL + 1 s
+	// after the reservations were made finds a dead client's slot still
+	// held. A call sent after that instant and refused breaks it; a loaded
+	// machine that delays the calls themselves does not.
 	got := 0
-	eventually(t, ttl+time.Second+500*time.Millisecond, "the dead client's three slots", func() bool {
+	deadline := killed.Add(ttl + time.Second)
+	eventually(t, ttl+30*time.Second, "the dead client's three slots", func() bool {
+		sent := time.Now()
 		v, err := reserve(ctx, c, "job", "CONCURRENCY", 3, "COST", 1, "TTL", 60000)
-		if err == nil && v[6].(string) != "" {
+		switch {
+		case err == nil && v[6].(string) != "":
 			got++
+		case sent.After(deadline):
+			t.Fatalf("a reservation sent %v after the kill (TTL %v) was refused: %v %v", sent.Sub(killed).Round(time.Millisecond), ttl, v, err)
 		}
 		return got == 3
 	})
-	if d := time.Since(killed); d > ttl+time.Second {
-		t.Fatalf("the slots came back %v after the kill, TTL %v", d, ttl)
-	}
 }
 
 // At --max-reservations further reservations are refused with a clear
