@@ -140,7 +140,7 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		{"RL.RESERVE r RATE 10 COST 4", arr{num(1), num(6), num(10), num(0), num(400), blk("r"), blk("00000000000000010000000000000000@n0")}},
 		{"RL.SETTLE 00000000000000010000000000000000@n0 ACTUAL 2", six(1, 8, 10, 0, 200, "r")},
 		{"RL.SETTLE 00000000000000010000000000000000@n0 ACTUAL 2", errv("NORESERVATION no open reservation '00000000000000010000000000000000@n0': unknown, or already settled, released or expired")},
-		{"RL.SETTLE 00000000000000010000000000000000@n9 ACTUAL 2", errv("NORESERVATION reservation '00000000000000010000000000000000@n9' lives on node 'n9': settle, release or renew it there (reservations are node-local for now)")},
+		{"RL.SETTLE 00000000000000010000000000000000@n9 ACTUAL 2", errv("NORESERVATION reservation '00000000000000010000000000000000@n9' was issued by node 'n9', which is not a member of this cluster")},
 		{"RL.SETTLE x ACTUAL -1", errv("ERR ACTUAL must be an integer between 0 and 1000000000000")},
 		{"RL.RELEASE 00000000000000010000000000000000@n0", num(0)},
 		{"RL.RENEW 00000000000000010000000000000000@n0 TTL 1000", num(0)},

@@ -1,10 +1,14 @@
 package commands
 
 import (
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/reserve"
 )
 
 // MaxReserveTTLMs bounds a reservation's TTL (and RL.RENEW's): an hour,
@@ -73,11 +77,17 @@ func settleCmd(ctx *Ctx) {
 		ctx.Conn.WriteError(e)
 		return
 	}
+	if ctx.relayToIssuer() {
+		return
+	}
 	out, err := ctx.Env.Service.Settle(string(ctx.Args[1]), n)
 	ctx.reply(&out, err)
 }
 
 func releaseCmd(ctx *Ctx) {
+	if ctx.relayToIssuer() {
+		return
+	}
 	ok, err := ctx.Env.Service.Release(string(ctx.Args[1]))
 	ctx.writeBool(ok, err)
 }
@@ -92,8 +102,39 @@ func renewCmd(ctx *Ctx) {
 		ctx.Conn.WriteError(e)
 		return
 	}
+	if ctx.relayToIssuer() {
+		return
+	}
 	ok, err := ctx.Env.Service.Renew(string(ctx.Args[1]), ms*int64(time.Millisecond))
 	ctx.writeBool(ok, err)
+}
+
+// relayToIssuer sends RL.SETTLE, RL.RELEASE or RL.RENEW of a reservation
+// another node issued to that node, and writes its reply: an id is valid
+// on every node. It returns false, having replied nothing, for an id of
+// this node's (or one that is no id at all: the store answers it). A
+// command relayed here by another node is not relayed again.
+func (ctx *Ctx) relayToIssuer() bool {
+	id := string(ctx.Args[1])
+	node, ok := reserve.IssuedBy(id)
+	cl := ctx.Env.Cluster
+	if !ok || cl == nil || node == cl.ID() || strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+		return false
+	}
+	m, known := cl.State().Members[node]
+	if !known || m.RespAddr == "" {
+		ctx.Conn.WriteError(fault.New("NORESERVATION", "reservation '%s' was issued by node '%s', which is not a member of this cluster",
+			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node))).Error())
+		return true
+	}
+	raw, err := cl.RelayTo(m.RespAddr, ctx.Args)
+	if err != nil {
+		ctx.Conn.WriteError(fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
+			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node)), m.RespAddr, err).Error())
+		return true
+	}
+	ctx.writeRelayed(raw)
+	return true
 }
 
 // writeBool replies :1 or :0, or the error.

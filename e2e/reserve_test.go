@@ -222,3 +222,47 @@ func TestGoClientReservations(t *testing.T) {
 		t.Fatal("Acquire took a TTL")
 	}
 }
+
+// An id is valid on every node of a cluster: reserved on one node, it is
+// renewed on a second, settled on a third, and a second settle anywhere
+// finds it gone (the issuing node answers, through whichever node was
+// asked). The settle's reply is the issuing node's bucket after it.
+func TestReservationSettlesOnAnotherNode(t *testing.T) {
+	ms, _ := threeNodes(t)
+	ctx := context.Background()
+	for _, m := range ms {
+		waitReady(t, m.c)
+	}
+	// A day's rate: nothing refills while the test runs. A node admits
+	// from its lease of the bucket, so what is left is counted from the
+	// reply, not from the limit.
+	v, err := reserve(ctx, ms[0].c, "llm:acme", "RATE", 3000, "PER", "day", "COST", 40, "TTL", 60000)
+	if err != nil || v[0].(int64) != 1 {
+		t.Fatalf("RL.RESERVE on %s: %v %v", ms[0].id, v, err)
+	}
+	left := v[1].(int64)
+	id := v[6].(string)
+	if !strings.HasSuffix(id, "@"+ms[0].id) {
+		t.Fatalf("the id %q does not name the issuing node %s", id, ms[0].id)
+	}
+	if n, err := ms[1].c.Do(ctx, "RL.RENEW", id, "TTL", 120000).Int64(); err != nil || n != 1 {
+		t.Fatalf("RL.RENEW on %s: %v %v", ms[1].id, n, err)
+	}
+	s, err := ms[2].c.Do(ctx, "RL.SETTLE", id, "ACTUAL", 10).Slice()
+	if err != nil || len(s) != 6 || s[0].(int64) != 1 || s[1].(int64) != left+30 || s[5].(string) != "llm:acme" {
+		t.Fatalf("RL.SETTLE on %s: %v %v (want %d left: 40 reserved, 10 used)", ms[2].id, s, err, left+30)
+	}
+	for _, m := range ms {
+		err := m.c.Do(ctx, "RL.SETTLE", id, "ACTUAL", 10).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "NORESERVATION no open reservation") {
+			t.Fatalf("a second RL.SETTLE on %s: %v", m.id, err)
+		}
+		if n, err := m.c.Do(ctx, "RL.RELEASE", id).Int64(); err != nil || n != 0 {
+			t.Fatalf("RL.RELEASE of a settled reservation on %s: %v %v", m.id, n, err)
+		}
+	}
+	err = ms[1].c.Do(ctx, "RL.SETTLE", "00000000000000010000000000000000@n9", "ACTUAL", 1).Err()
+	if err == nil || !strings.Contains(err.Error(), "which is not a member of this cluster") {
+		t.Fatalf("an id of no member: %v", err)
+	}
+}

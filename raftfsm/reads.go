@@ -45,6 +45,16 @@ func (n *Node) Forward(args [][]byte) ([]byte, error) {
 	}
 }
 
+// RelayTo sends a client command to the node at addr (a member's RESP
+// address) and returns its raw reply, waiting at most ApplyTimeout: for
+// commands that belong to one node, such as settling a reservation it
+// issued.
+func (n *Node) RelayTo(addr string, args [][]byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+	defer cancel()
+	return n.remote.Relay(ctx, addr, args)
+}
+
 // NotLeaderReply starts the refusal of a node that receives a relayed
 // command (on a connection named with ForwardPrefix) but does not lead.
 const NotLeaderReply = "TRYAGAIN not the leader"

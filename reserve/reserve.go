@@ -116,7 +116,7 @@ func ErrUnknown(id string) error {
 
 // errElsewhere is the reply to an id another node issued.
 func errElsewhere(id, node string) error {
-	return fault.New("NORESERVATION", "reservation '%s' lives on node '%s': settle, release or renew it there (reservations are node-local for now)",
+	return fault.New("NORESERVATION", "reservation '%s' lives on node '%s': settle, release or renew it there",
 		fault.Printable([]byte(id)), fault.Printable([]byte(node)))
 }
 
@@ -144,6 +144,21 @@ func hex16(b []byte, v uint64) {
 
 // idLen is the length of an id before '@'.
 const idLen = 32
+
+// IssuedBy returns the node that issued id, when id has the form of a
+// reservation id (its number, its tag, '@', the node); ok is false for
+// anything else.
+func IssuedBy(id string) (node string, ok bool) {
+	if len(id) <= idLen+1 || id[idLen] != '@' {
+		return "", false
+	}
+	for i := 0; i < idLen; i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return id[idLen+1:], true
+}
 
 // local reads an id this node issued: its number and tag, ok. An id of
 // another node is not ok, with the error that says where it lives;
