@@ -126,7 +126,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(store.Len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_connected_clients", Help: "Connected RESP clients."},
 			func() float64 { return float64(s.env.Clients.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer and queued transaction together (bounded by --max-client-buffers)."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_client_buffers_bytes", Help: "Bytes of every client connection's read buffer and queued transaction together (bounded by --max-client-buffers plus each connection's first 16 KiB read buffer)."},
 			func() float64 { return float64(s.buffers.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_evicted_total", Help: "Full buckets dropped at --max-buckets to make room for new ones (nothing is lost).", ConstLabels: prometheus.Labels{"kind": "full"}},
 			func() float64 { return float64(store.Evictions()) }),
@@ -138,16 +138,24 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 }
 
 // reserveBuffer takes n more bytes of --max-client-buffers for a read
-// buffer, or gives -n back; it refuses growth past the bound.
+// buffer or a queued transaction, or gives -n back; it refuses growth
+// past the bound. It never counts past the bound even for a moment (a
+// refused reservation is not added and taken back), so the gauge of
+// sluice_client_buffers_bytes shows what is held.
 func (s *Server) reserveBuffer(n int64) bool {
-	if n > 0 && s.buffers.Add(n) > int64(s.cfg.MaxClientBuffers) {
-		s.buffers.Add(-n)
-		return false
-	}
 	if n <= 0 {
 		s.buffers.Add(n)
+		return true
 	}
-	return true
+	for {
+		cur := s.buffers.Load()
+		if cur+n > int64(s.cfg.MaxClientBuffers) {
+			return false
+		}
+		if s.buffers.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
 }
 
 // PeerUser is the user nodes authenticate as with --peer-password.
