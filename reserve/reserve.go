@@ -149,15 +149,22 @@ const idLen = 32
 // reservation id (its number, its tag, '@', the node); ok is false for
 // anything else.
 func IssuedBy(id string) (node string, ok bool) {
-	if len(id) <= idLen+1 || id[idLen] != '@' {
-		return "", false
+	_, _, node, ok = splitID(id)
+	return node, ok && node != ""
+}
+
+// splitID reads an id's number, tag and node; ok is false when id does
+// not have the form of a reservation id.
+func splitID(id string) (n, tag uint64, node string, ok bool) {
+	if len(id) <= idLen || id[idLen] != '@' {
+		return 0, 0, "", false
 	}
-	for i := 0; i < idLen; i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return "", false
-		}
+	n, e1 := strconv.ParseUint(id[:16], 16, 64)
+	tag, e2 := strconv.ParseUint(id[16:idLen], 16, 64)
+	if e1 != nil || e2 != nil {
+		return 0, 0, "", false
 	}
-	return id[idLen+1:], true
+	return n, tag, id[idLen+1:], true
 }
 
 // local reads an id this node issued: its number and tag, ok. An id of
@@ -165,15 +172,11 @@ func IssuedBy(id string) (node string, ok bool) {
 // anything else that is not one of this node's ids is not ok, with no
 // error.
 func (s *Store) local(id string) (n, tag uint64, ok bool, err error) {
-	if len(id) <= idLen || id[idLen] != '@' {
+	n, tag, node, ok := splitID(id)
+	if !ok {
 		return 0, 0, false, nil
 	}
-	n, e1 := strconv.ParseUint(id[:16], 16, 64)
-	tag, e2 := strconv.ParseUint(id[16:idLen], 16, 64)
-	if e1 != nil || e2 != nil {
-		return 0, 0, false, nil
-	}
-	if node := id[idLen+1:]; node != s.node {
+	if node != s.node {
 		return 0, 0, false, errElsewhere(id, node)
 	}
 	return n, tag, true, nil
