@@ -57,6 +57,9 @@ func reserveCmd(ctx *Ctx) {
 	call := la.call(rate, &ctx.S.spec)
 	call.Now = ctx.Now()
 	o := limiter.ReserveOpts{TTL: la.ttlMs * int64(time.Millisecond), Concurrency: la.concurrency}
+	if ctx.relayToSlotOwner(&call, o, la.waitMs) {
+		return
+	}
 	out, id, err := ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
@@ -127,11 +130,46 @@ func (ctx *Ctx) relayToIssuer() bool {
 			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node))).Error())
 		return true
 	}
-	raw, err := cl.RelayTo(m.RespAddr, ctx.Args)
+	raw, err := cl.RelayTo(m.RespAddr, ctx.Args, 0)
 	if err != nil {
 		ctx.Conn.WriteError(fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
 			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node)), m.RespAddr, err).Error())
 		return true
+	}
+	ctx.writeRelayed(raw)
+	return true
+}
+
+// slotRelayTimeout bounds how long a reservation waits for the member
+// that keeps its concurrency slots, beyond its own WAIT: that member
+// answers from memory, so a second is long; one that does not is skipped
+// for limiter.SlotOwnerPause and the slots are counted here meanwhile.
+const slotRelayTimeout = time.Second
+
+// relayToSlotOwner sends RL.RESERVE to the member that keeps the
+// concurrency slots of its key, when another member does, and writes its
+// reply (its id names that member, so RL.SETTLE finds it from any node):
+// a concurrency limit then holds across the cluster. It returns false,
+// having replied nothing, when this node decides: no slot to take, its
+// own key, a command relayed here, or an owner that did not answer (the
+// bounded local mode of docs/cluster.md).
+func (ctx *Ctx) relayToSlotOwner(call *limiter.Call, o limiter.ReserveOpts, waitMs int64) bool {
+	cl := ctx.Env.Cluster
+	if cl == nil || strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+		return false
+	}
+	owner, err := ctx.Env.Service.SlotOwner(call, o, &ctx.S.scratch)
+	if err != nil || owner == "" {
+		return false // Reservation answers the error
+	}
+	m, known := cl.State().Members[owner]
+	if !known || m.RespAddr == "" {
+		return false
+	}
+	raw, err := cl.RelayTo(m.RespAddr, ctx.Args, slotRelayTimeout+time.Duration(waitMs)*time.Millisecond)
+	if err != nil {
+		ctx.Env.Service.SlotOwnerUnreachable(owner, ctx.Env.Service.Clock())
+		return false
 	}
 	ctx.writeRelayed(raw)
 	return true

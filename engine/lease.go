@@ -79,6 +79,22 @@ func (s *Store) Owner(space Space, key []byte) (id string, self bool) {
 	return o.ids[i], i == o.self
 }
 
+// OwnerDown reports whether this node marked member id unreachable
+// (SetOwnerDown): its buckets, and anything else routed to it, are decided
+// here meanwhile.
+func (s *Store) OwnerDown(id string) bool {
+	o := s.owners.Load()
+	if o == nil {
+		return false
+	}
+	for i, m := range o.ids {
+		if m == id {
+			return o.down[i].Load()
+		}
+	}
+	return false
+}
+
 func (o *owners) of(space Space, key []byte) int {
 	h := fnv64(key, uint64(space))
 	best, bestScore := 0, uint64(0)

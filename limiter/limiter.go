@@ -12,6 +12,7 @@
 package limiter
 
 import (
+	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
@@ -89,6 +90,11 @@ type Service struct {
 	// ReserveTTL is a reservation's lifetime when its call gives none, in
 	// ns (0: DefaultReserveTTL).
 	ReserveTTL int64
+
+	// slotsDown: members that did not answer a relayed reservation, and
+	// until when (ns) their slots are counted here.
+	slotsMu   sync.Mutex
+	slotsDown map[string]int64
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one

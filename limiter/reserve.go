@@ -118,6 +118,58 @@ func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, e
 	return s.Cluster.State().Tree.Concurrency(c, &sc.b)
 }
 
+// SlotOwner returns the member that decides reservation c when c takes a
+// concurrency slot and another member owns the slot's key (rendezvous
+// hashing over the members, as for token leases): every reservation of
+// one key is then decided on one node, and the limit holds across the
+// cluster. It returns "" when this node decides: no slot, a node alone,
+// this node's own key, or an owner this node marked unreachable (then the
+// slots are counted here meanwhile, a bounded local mode: docs/cluster.md).
+func (s *Service) SlotOwner(c *Call, o ReserveOpts, sc *Scratch) (string, error) {
+	if s.Holds == nil || len(c.With) > 0 || c.DryRun {
+		return "", nil // Reservation answers these
+	}
+	key, n, err := s.slotKey(c, o, sc)
+	if err != nil || n == 0 {
+		return "", err
+	}
+	id, self := s.Store.Owner(engine.SpaceInline, key)
+	if self || s.Store.OwnerDown(id) {
+		return "", nil
+	}
+	now := c.Now
+	if now == 0 {
+		now = s.Clock()
+	}
+	s.slotsMu.Lock()
+	defer s.slotsMu.Unlock()
+	if now < s.slotsDown[id] {
+		return "", nil
+	}
+	return id, nil
+}
+
+// SlotOwnerUnreachable records that member id did not answer a relayed
+// reservation at now: for SlotOwnerPause its slots are counted here, so
+// that calls do not each wait for it.
+func (s *Service) SlotOwnerUnreachable(id string, now int64) {
+	s.slotsMu.Lock()
+	defer s.slotsMu.Unlock()
+	if s.slotsDown == nil {
+		s.slotsDown = map[string]int64{}
+	}
+	for m, till := range s.slotsDown { // members only: a handful
+		if now >= till {
+			delete(s.slotsDown, m)
+		}
+	}
+	s.slotsDown[id] = now + int64(SlotOwnerPause)
+}
+
+// SlotOwnerPause is how long a member that did not answer a relayed
+// reservation is not asked again.
+const SlotOwnerPause = time.Second
+
 // slotOnly describes a reservation that takes a slot and no tokens: the
 // slots left of the key's n.
 func (s *Service) slotOnly(h *reserve.Hold, key []byte, n int64) Outcome {

@@ -263,3 +263,63 @@ func TestReservationCapAndForeignIDs(t *testing.T) {
 		t.Fatalf("foreign id: %v", err)
 	}
 }
+
+// In a cluster, a reservation with a concurrency slot is decided by the
+// owner of the slot's key; one without a slot, one of this node's keys,
+// and one whose owner did not answer (for SlotOwnerPause) are decided
+// here.
+func TestSlotOwner(t *testing.T) {
+	s, now := reserving(t, plan3, 100)
+	s.Store.SetOwners("n1", []string{"n1", "n2", "n3"})
+	var sc limiter.Scratch
+	owner := func(key string) string {
+		o, err := s.SlotOwner(&limiter.Call{Path: []byte(key), Cost: 1, HasCost: true, Now: *now},
+			limiter.ReserveOpts{Concurrency: 2}, &sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	var mine, theirs string
+	for i := 0; mine == "" || theirs == ""; i++ {
+		k := fmt.Sprintf("gpu:%d", i)
+		if o := owner(k); o == "" {
+			mine = k
+		} else if o != "n1" {
+			theirs = k
+		} else {
+			t.Fatalf("SlotOwner named this node for %s", k)
+		}
+	}
+	if o, err := s.SlotOwner(&limiter.Call{Path: []byte("org/team/app"), Cost: 1, HasCost: true, Now: *now}, limiter.ReserveOpts{}, &sc); err != nil || o != "" {
+		t.Fatalf("a reservation without a slot goes to %q (%v), want this node", o, err)
+	}
+	o := owner(theirs)
+	s.SlotOwnerUnreachable(o, *now)
+	if got := owner(theirs); got != "" {
+		t.Fatalf("an owner that did not answer is asked again at once (%q)", got)
+	}
+	*now += int64(limiter.SlotOwnerPause)
+	if got := owner(theirs); got != o {
+		t.Fatalf("after the pause the owner is %q, want %q again", got, o)
+	}
+	s.Store.SetOwnerDown(o, true)
+	if got := owner(theirs); got != "" {
+		t.Fatalf("an owner the leases found down is still asked (%q)", got)
+	}
+	// The budget form: the node's slot key, per subject.
+	s.Store.SetOwnerDown(o, false)
+	for _, subj := range []string{"ann", "bob", "cy", "dee", "ed"} {
+		got, err := s.SlotOwner(&limiter.Call{Path: []byte("chat"), Subject: []byte(subj), Cost: 1, HasCost: true, Now: *now}, limiter.ReserveOpts{}, &sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, self := s.Store.Owner(engine.SpaceInline, []byte("concurrency:chat#"+subj))
+		if self {
+			want = ""
+		}
+		if got != want {
+			t.Fatalf("chat#%s goes to %q, want %q", subj, got, want)
+		}
+	}
+}

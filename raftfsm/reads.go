@@ -46,11 +46,14 @@ func (n *Node) Forward(args [][]byte) ([]byte, error) {
 }
 
 // RelayTo sends a client command to the node at addr (a member's RESP
-// address) and returns its raw reply, waiting at most ApplyTimeout: for
-// commands that belong to one node, such as settling a reservation it
-// issued.
-func (n *Node) RelayTo(addr string, args [][]byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
+// address) and returns its raw reply, waiting at most timeout (0:
+// ApplyTimeout): for commands that belong to one node, such as settling a
+// reservation it issued, or taking a concurrency slot it keeps.
+func (n *Node) RelayTo(addr string, args [][]byte, timeout time.Duration) ([]byte, error) {
+	if timeout <= 0 {
+		timeout = n.opts.ApplyTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return n.remote.Relay(ctx, addr, args)
 }
