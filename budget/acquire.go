@@ -357,8 +357,21 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	return out, nil
 }
 
+// Waits reports whether c may wait for tokens: its WAIT, or without one
+// its node's queue strategy. Such calls are decided on this node's own
+// buckets, not leases (engine: route).
+func (t *Tree) Waits(c *Call) bool {
+	if c.HasWait || c.Inline() {
+		return c.WaitMs > 0
+	}
+	plan, _, ok := t.Resolve(c.Path)
+	return ok && plan.Config.Config.Strategy == Queue && plan.Config.Config.MaxWaitMs > 0
+}
+
 // Refund gives n tokens back to every level c charges, quotas included,
-// and describes the target's tightest level afterwards.
+// and describes the target's tightest level afterwards. A call that
+// waits (WAIT, or a node whose strategy is queue) was charged to this
+// node's own buckets, and gets them back there (engine.Store.RefundWaited).
 func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
 	if err := t.charge(now, c, sc, ch, 0); err != nil {
@@ -370,7 +383,12 @@ func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 			s.RefundQuota(now, r, n)
 			continue
 		}
-		res, _ := s.Refund(now, r.Space, r.Key, r.Limit, n)
+		var res engine.Result
+		if t.Waits(c) {
+			res, _ = s.RefundWaited(now, r.Space, r.Key, r.Limit, n)
+		} else {
+			res, _ = s.Refund(now, r.Space, r.Key, r.Limit, n)
+		}
 		if ch.n == 1 && ch.plan == nil {
 			// An inline bucket alone: the refund describes it.
 			return Outcome{Allowed: 1, Result: res, LimitedBy: c.Path, Levels: 1}, nil

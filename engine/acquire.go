@@ -471,7 +471,24 @@ func (s *Store) Refund(now int64, space Space, key []byte, lim *Limit, n int64) 
 	return s.refund(now, space, key, lim, n)
 }
 
+// RefundWaited gives n tokens back to key's bucket for a call that
+// waited (WAIT): such a call is decided on this node's own bucket, not a
+// lease (route), and its tokens reached the peers' copies through the
+// consumption sync, so the refund goes to this node's bucket and, while
+// syncing, to the peers' copies the same way. A refund that reached
+// only this node would leave the peers counting tokens nobody used.
+func (s *Store) RefundWaited(now int64, space Space, key []byte, lim *Limit, n int64) (res Result, found bool) {
+	return s.refundOwn(now, space, key, lim, n, s.syncing.Load())
+}
+
 func (s *Store) refund(now int64, space Space, key []byte, lim *Limit, n int64) (res Result, found bool) {
+	return s.refundOwn(now, space, key, lim, n, false)
+}
+
+// refundOwn refunds n tokens to this node's own bucket of key, and with
+// record notes them for peers (a negative delta; the entry stays, full or
+// not, until the next Drain has sent it).
+func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int64, record bool) (res Result, found bool) {
 	h := s.hash(space, key)
 	sh := &s.shards[h.shard]
 	sh.mu.Lock()
@@ -492,7 +509,10 @@ func (s *Store) refund(now int64, space Space, key []byte, lim *Limit, n int64) 
 		st, l = rescale(old, lim, st, now), lim
 	}
 	st = refundState(l, st, now, min(n, l.Burst))
-	if idleAt(l, st) <= now {
+	if record {
+		sh.pending[ei] -= min(n, l.Burst)
+	}
+	if idleAt(l, st) <= now && sh.pending[ei] == 0 {
 		sh.removeAt(sh.slotOf(ei))
 		s.live.Add(-1)
 		return Result{Allowed: true, Remaining: l.Burst, Limit: l.Burst}, true

@@ -95,3 +95,58 @@ func TestChargeQuotaCountsPastTheQuota(t *testing.T) {
 		t.Fatalf("pending for the cluster %d, want 13", n)
 	}
 }
+
+// TestRefundWaitedReachesPeers: tokens a waited call consumed reach a
+// peer's copy through the sync, and so do the tokens a refund gives back
+// (a negative delta, in a record of its own kind), so the peer ends where
+// the node does; a plain Refund tells no peer.
+func TestRefundWaitedReachesPeers(t *testing.T) {
+	lim := mustLimit(t, TokenBucket, 100, sec, 100)
+	a, b := New(Options{Shards: 4}), New(Options{Shards: 4})
+	a.SetSyncing(true)
+	key := []byte("tpm")
+	r := Request{Key: key, Limit: lim, Cost: 40}
+	if got := a.Acquire(t0, r, int64(sec), false); !got.Allowed {
+		t.Fatalf("acquire: %+v", got)
+	}
+	a.RefundWaited(t0, SpaceInline, key, lim, 15)
+	sync := func() (deltas []int64) {
+		var consumed, back []byte
+		consumed, back = []byte{SyncFormat}, []byte{SyncFormat}
+		a.Drain(func(sp Space, k []byte, l *Limit, d int64) {
+			deltas = append(deltas, d)
+			if d < 0 {
+				back = AppendDelta(back, sp, k, l, d)
+			} else {
+				consumed = AppendDelta(consumed, sp, k, l, d)
+			}
+		})
+		for _, m := range [][]byte{consumed, back} {
+			if len(m) == 1 {
+				continue
+			}
+			if err := DecodeDeltas(m, func(sp Space, k []byte, l *Limit, d int64) { b.Consume(t0, sp, k, l, d, l.Burst) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return deltas
+	}
+	if d := sync(); len(d) != 1 || d[0] != 25 {
+		t.Fatalf("drained %v, want the net 25 consumed", d)
+	}
+	one := Request{Key: key, Limit: lim, Cost: 1}
+	if ra, rb := a.Acquire(t0, one, 0, true), b.Acquire(t0, one, 0, true); ra.Remaining != 74 || rb.Remaining != 74 {
+		t.Fatalf("after the sync: node %d left, peer %d; want 74 (75 but the one asked) on both", ra.Remaining, rb.Remaining)
+	}
+	a.RefundWaited(t0, SpaceInline, key, lim, 20)
+	if d := sync(); len(d) != 1 || d[0] != -20 {
+		t.Fatalf("drained %v, want the 20 given back", d)
+	}
+	if ra, rb := a.Acquire(t0, one, 0, true), b.Acquire(t0, one, 0, true); ra.Remaining != 94 || rb.Remaining != 94 {
+		t.Fatalf("after the refund's sync: node %d left, peer %d; want 94 on both", ra.Remaining, rb.Remaining)
+	}
+	a.Refund(t0, SpaceInline, key, lim, 5)
+	if d := sync(); len(d) != 0 {
+		t.Fatalf("a plain refund was sent to peers: %v", d)
+	}
+}

@@ -173,8 +173,14 @@ func (s *Store) QuotaCount(key []byte, start int64) int64 {
 // Consume charges delta tokens that a peer admitted to key's bucket under
 // lim, without asking whether they fit: the bucket may go into debt, up to
 // maxDebt tokens beyond empty, so that the cluster as a whole converges on
-// the limit. A missing bucket is created. Nothing is recorded for peers.
+// the limit. A missing bucket is created. A negative delta is tokens the
+// peer gave back (RefundWaited): they go back to this node's copy, if it
+// has one. Nothing is recorded for peers.
 func (s *Store) Consume(now int64, space Space, key []byte, lim *Limit, delta, maxDebt int64) {
+	if delta < 0 {
+		s.refundOwn(now, space, key, lim, -delta, false)
+		return
+	}
 	s.consume(now, space, key, lim, delta, maxDebt, false)
 }
 
@@ -270,7 +276,15 @@ func AppendWant(b []byte, space Space, key []byte, lim *Limit, tokens, owed int6
 	return binary.AppendUvarint(b, uint64(owed))
 }
 
+// refundBit marks a delta record of tokens given back (a negative delta):
+// nodes that predate it reject the record, so the sync sends refunds in
+// messages of their own, after the consumption.
+const refundBit Space = 0x40
+
 func appendRecord(b []byte, space Space, key []byte, lim *Limit, n int64) []byte {
+	if n < 0 {
+		space, n = space|refundBit, -n
+	}
 	b = append(b, byte(space), byte(lim.Algo))
 	b = binary.AppendUvarint(b, uint64(lim.Rate))
 	b = binary.AppendUvarint(b, uint64(lim.Window))
@@ -306,6 +320,10 @@ func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Lim
 			return ErrBadSync
 		}
 		space, algo := Space(b[0]), Algo(b[1])
+		refund := space&refundBit != 0 && !owed
+		if refund {
+			space &^= refundBit
+		}
 		b = b[2:]
 		var v [5]uint64
 		for i := range v {
@@ -341,6 +359,9 @@ func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Lim
 				return ErrBadSync
 			}
 			b = b[n:]
+		}
+		if refund {
+			delta = -delta
 		}
 		f(space, key, &lim, delta, int64(o))
 	}

@@ -72,7 +72,7 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		s.Holds.Abort(h)
 		return out, "", err
 	}
-	h.Estimate, h.Label = out.Cost, out.Label
+	h.Estimate, h.Label, h.Waited = out.Cost, out.Label, s.Cluster.State().Tree.Waits(&call)
 	if h.Label == "" {
 		h.Label = "inline"
 	}
@@ -270,6 +270,8 @@ func (s *Service) adjust(h *reserve.Hold, now, delta int64) {
 			s.Store.Charge(now, &r, delta)
 		case delta < 0 && r.Space == engine.SpaceQuota:
 			s.Store.RefundQuota(now, &r, -delta)
+		case delta < 0 && h.Waited:
+			s.Store.RefundWaited(now, r.Space, r.Key, r.Limit, -delta)
 		case delta < 0:
 			s.Store.Refund(now, r.Space, r.Key, r.Limit, -delta)
 		}

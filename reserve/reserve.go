@@ -38,6 +38,9 @@ type Hold struct {
 	// Label is the metrics label of the budget it was charged to
 	// ("inline" for the inline form).
 	Label string
+	// Waited: the call had WAIT, so it was charged to this node's own
+	// buckets rather than a lease (engine.Store.RefundWaited).
+	Waited bool
 
 	id    uint64
 	tag   uint64 // the id's unguessable half

@@ -42,8 +42,8 @@ func (y *syncer) run(interval time.Duration) {
 	store := y.n.Server.env.Store
 	self := y.n.Raft.ID()
 	on := false
-	var buf []byte
-	var msgs [][]byte
+	var buf, back []byte
+	var msgs, refunds [][]byte
 	for {
 		select {
 		case <-y.n.stop:
@@ -80,9 +80,21 @@ func (y *syncer) run(interval time.Duration) {
 		if !on {
 			continue
 		}
+		// Consumption first, then tokens given back, in messages of their
+		// own (a node from before refunds were sent rejects those only).
 		buf, msgs = append(buf[:0], engine.SyncFormat), msgs[:0]
-		start := 0
+		back, refunds = append(back[:0], engine.SyncFormat), refunds[:0]
+		start, backStart := 0, 0
 		store.Drain(func(space engine.Space, key []byte, lim *engine.Limit, delta int64) {
+			if delta < 0 {
+				back = engine.AppendDelta(back, space, key, lim, delta)
+				if len(back)-backStart > maxSyncMessage {
+					refunds = append(refunds, back[backStart:])
+					backStart = len(back)
+					back = append(back, engine.SyncFormat)
+				}
+				return
+			}
 			buf = engine.AppendDelta(buf, space, key, lim, delta)
 			if len(buf)-start > maxSyncMessage {
 				msgs = append(msgs, buf[start:])
@@ -93,6 +105,10 @@ func (y *syncer) run(interval time.Duration) {
 		if len(buf)-start > 1 || len(msgs) == 0 {
 			msgs = append(msgs, buf[start:])
 		}
+		if len(back)-backStart > 1 {
+			refunds = append(refunds, back[backStart:])
+		}
+		msgs = append(msgs, refunds...)
 		for _, q := range y.workers {
 			for _, m := range msgs {
 				select {
