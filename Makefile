@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-scaling bench-accuracy fuzz docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-scaling bench-accuracy fuzz image docker clean
 
 all: build
 
@@ -100,8 +100,19 @@ bench-accuracy:
 bench-memory:
 	bash bench/memory.sh
 
-# The container image (needs a Docker engine): docker compose up -d then
-# starts a 3-node cluster from docker-compose.yml.
+# The scratch image from a static binary built here (needs a Docker engine,
+# no registry): tags sluice:local, which docker-compose.yml runs with
+# `docker compose up -d --no-build`. IMAGE names another tag.
+IMAGE ?= sluice:local
+image:
+	@ctx=$$(mktemp -d); trap 'rm -rf $$ctx' EXIT; \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $$ctx/sluice ./cmd/sluice && \
+	mkdir -p $$ctx/bin $$ctx/data && ln -s /usr/local/bin/sluice $$ctx/bin/ratelimit && \
+	DOCKER_BUILDKIT=0 docker build -q -f deploy/Dockerfile.scratch -t $(IMAGE) $$ctx
+
+# The container image (needs a Docker engine and a registry for its Go and
+# distroless base images): docker compose up -d then starts a 3-node
+# cluster from docker-compose.yml.
 docker:
 	docker build --build-arg VERSION=$$(git describe --tags --always 2>/dev/null || echo dev) -t sluice:local .
 

@@ -47,6 +47,17 @@ func threeNodes(t *testing.T, extra ...string) ([]*member, string) {
 		m.startWith(t, peerList, extra...)
 	}
 	leader(t, ms)
+	// Every node knows every member (the replicated member records, with
+	// their RESP addresses): what routes leases, reservations and their
+	// slots to a member. A busy machine applies them after the election.
+	eventually(t, 30*time.Second, "every node to list three members", func() bool {
+		for _, m := range ms {
+			if m.info(t)["members"] != "3" {
+				return false
+			}
+		}
+		return true
+	})
 	return ms, peerList
 }
 
