@@ -404,7 +404,7 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess}
+	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views()}
 	api.Register(mux)
 	s.ratelimitRoutes(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
