@@ -133,6 +133,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
 			func() float64 { return float64(store.Refusals()) }),
 	)
+	m.MustRegister(newUsageMetrics(s.env.Service))
 	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
 }
