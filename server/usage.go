@@ -29,7 +29,7 @@ func newUsageMetrics(svc *limiter.Service) *usageMetrics {
 		topKeys: prometheus.NewDesc("sluice_top_keys", "Keys the heavy-hitters sketches of RL.TOP hold now, by kind of call (admitted, denied); at most sluice_top_keys_max each.",
 			[]string{"by"}, nil),
 		topKeysMax: prometheus.NewDesc("sluice_top_keys_max", "The most keys one kind's heavy-hitters sketches hold (counters x shards x minutes).", nil, nil),
-		untracked: prometheus.NewDesc("sluice_usage_untracked_total", "Calls RL.USAGE could not count by budget node because 4,096 nodes were busy at once.", nil, nil),
+		untracked:  prometheus.NewDesc("sluice_usage_untracked_total", "Calls RL.USAGE could not count by budget node because 4,096 nodes were busy at once.", nil, nil),
 		quotaUsed: prometheus.NewDesc("sluice_quota_used", "Quota used in the current period by first-level budget node (committed and this node's pending counts).",
 			[]string{"budget"}, nil),
 		quotaLimit: prometheus.NewDesc("sluice_quota_limit", "Quota of first-level budget nodes, per period.", []string{"budget"}, nil),
