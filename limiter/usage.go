@@ -197,8 +197,11 @@ func (s *Service) QuotaSet(c *Call, used int64, sc *Scratch) (int, error) {
 	}
 	e := raftfsm.Entry{Type: raftfsm.QuotaSet, Now: now}
 	for _, k := range cs {
+		// The period as the nodes' counts name it ("month UTC"): a
+		// counter whose period text changed would start over.
+		per, _ := k.Period.MarshalText()
 		e.Quotas = append(e.Quotas, raftfsm.QuotaItem{Key: raftfsm.QuotaKey(k.Key), Start: k.Start, End: k.End,
-			Used: used, Limit: k.Limit, Period: k.Period.String()})
+			Used: used, Limit: k.Limit, Period: string(per)})
 	}
 	if len(e.Quotas) == 0 {
 		return 0, fault.New("ERR", "no quota applies to '%s': the node has none", fault.Printable(c.Path))

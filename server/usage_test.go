@@ -109,7 +109,8 @@ func TestQuotaListAndSet(t *testing.T) {
 		{cmd("RL.QUOTA", "acme"), `["level" "acme" "limit" 100 "used" 95 "remaining" 5 "period" "day" "resets_at" ` + day + ` "reset_after_ms" 64800000]`},
 		{cmd("RL.ACQUIRE", "inl", "QUOTA", "9", "PER", "day"), `[0 0 9 64800000 64800000 "quota:inl"]`},
 	})
-	// Five more, and the sixth is refused.
+	// Five more, and the sixth is refused; once the node's counts are
+	// committed the counter holds 100, not the calls since the set alone.
 	for i := 0; i < 5; i++ {
 		if got := c.Do("RL.ACQUIRE", "acme"); !strings.HasPrefix(got, "[1 ") {
 			t.Fatalf("call %d after the set: %s", i, got)
@@ -117,6 +118,10 @@ func TestQuotaListAndSet(t *testing.T) {
 	}
 	if got := c.Do("RL.ACQUIRE", "acme"); !strings.HasPrefix(got, "[0 ") {
 		t.Fatalf("the 101st: %s", got)
+	}
+	committedQuota(t, n, "b|acme", 100)
+	if got := c.Do("RL.QUOTA", "LIST", "acme", "COUNT", "1"); !strings.Contains(got, `"used" 100 "remaining" 0 "period" "day UTC"`) {
+		t.Fatalf("after the commit: %s", got)
 	}
 }
 
