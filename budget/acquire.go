@@ -71,6 +71,10 @@ type Outcome struct {
 	Unlimited bool
 	Cost      int64
 	Label     string // metrics label of the budget
+	// Node is the configured node whose config the call followed (the
+	// target, or an implicit child's deepest configured ancestor); nil for
+	// an inline call.
+	Node *Node
 	// Levels is the number of buckets charged.
 	Levels int
 }
@@ -308,7 +312,7 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 			return Outcome{}, NoBudget(c.Path)
 		}
 		cfg := &plan.Config.Config
-		cost, out.Label = cfg.Cost, plan.Config.label
+		cost, out.Label, out.Node = cfg.Cost, plan.Config.label, plan.Config
 		if !c.HasWait && cfg.Strategy == Queue {
 			wait = cfg.MaxWaitMs
 		}
@@ -459,19 +463,43 @@ func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota
 // scope says so) and, when that is per node, its aggregate's; an inline
 // call's own counter.
 func (t *Tree) QuotaKeys(c *Call, sc *Scratch) ([]string, error) {
+	cs, err := t.QuotaCounters(0, c, sc)
+	keys := make([]string, len(cs))
+	for i := range cs {
+		keys[i] = cs[i].Key
+	}
+	return keys, err
+}
+
+// QuotaCounter is one counter QuotaCounters names: its key, its quota,
+// and the period that holds the time it was asked at.
+type QuotaCounter struct {
+	Key        string
+	Limit      int64
+	Period     quota.Period
+	Start, End int64
+}
+
+// QuotaCounters returns the counters of QuotaKeys with their quota and
+// their period at now (RL.QUOTA SET sets their count).
+func (t *Tree) QuotaCounters(now int64, c *Call, sc *Scratch) ([]QuotaCounter, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
-	if err := t.charge(0, c, sc, ch, 0); err != nil {
+	if err := t.charge(now, c, sc, ch, 0); err != nil {
 		return nil, err
 	}
-	var keys []string
+	var out []QuotaCounter
+	add := func(i int) {
+		r := &ch.reqs[i]
+		out = append(out, QuotaCounter{Key: string(r.Key), Limit: r.Limit.Rate, Period: ch.period(c, i), Start: r.PeriodStart, End: r.PeriodEnd})
+	}
 	plan := ch.plan
 	if plan == nil {
 		for i := 0; i < ch.n; i++ {
 			if ch.quota[i] {
-				keys = append(keys, string(ch.reqs[i].Key))
+				add(i)
 			}
 		}
-		return keys, nil
+		return out, nil
 	}
 	perCall := false // the own counter's key comes from the call
 	for i := 0; i < ch.n; i++ {
@@ -482,8 +510,8 @@ func (t *Tree) QuotaKeys(c *Call, sc *Scratch) ([]string, error) {
 	for i := 0; i < ch.n; i++ {
 		lv := &plan.Levels[ch.from[i]]
 		if ch.quota[i] && (lv.Own || lv.Node == plan.Config && !perCall && lv.Node.Path == string(c.Path)) {
-			keys = append(keys, string(ch.reqs[i].Key))
+			add(i)
 		}
 	}
-	return keys, nil
+	return out, nil
 }

@@ -161,6 +161,28 @@ func (t *Tree) Paths(prefix string) []string {
 	return out
 }
 
+// PathsPage returns at most n of the configured paths with the given
+// prefix that sort after after ("": from the first), sorted, and whether
+// more follow: a page of Paths whose cost is the page's, not the tree's.
+func (t *Tree) PathsPage(prefix, after string, n int) (paths []string, more bool) {
+	from := prefix
+	if after >= prefix {
+		from = after + "\x00"
+	}
+	t.paths.ascend(from, func(k *tnode) bool {
+		if !strings.HasPrefix(k.key, prefix) {
+			return false
+		}
+		if len(paths) == n {
+			more = true
+			return false
+		}
+		paths = append(paths, k.key)
+		return true
+	})
+	return paths, more
+}
+
 // Resolve returns the plan for a call to path: the configured node's, or
 // the deepest configured ancestor's plan for implicit children. ok is false
 // when no node on the path is configured. It does not allocate.

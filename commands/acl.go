@@ -55,7 +55,7 @@ func aclRules(reg *Registry, r Role) string {
 		}
 	}
 	for _, sub := range []string{"client|list", "client|kill", "rl.budget|set", "rl.budget|del", "rl.budget|import",
-		"rl.cluster|join", "rl.cluster|leave", "rl.cluster|apply", "rl.quota|reset", "acl|list", "acl|users"} {
+		"rl.cluster|join", "rl.cluster|leave", "rl.cluster|apply", "rl.quota|reset", "rl.quota|set", "acl|list", "acl|users"} {
 		b.WriteString(" -" + sub)
 	}
 	return b.String()

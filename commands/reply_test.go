@@ -177,6 +177,10 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		{"RL.CLUSTER NODES", rex(`^\*1\r\n\*5\r\n\$2\r\nn0\r\n\$11\r\n127\.0\.0\.1:1\r\n\$\d+\r\n127\.0\.0\.1:\d+\r\n\$5\r\nvoter\r\n\$6\r\nleader\r\n$`)},
 		{"RL.CLUSTER FROB", errv("ERR unknown subcommand or wrong number of arguments for 'FROB'. Try RL.CLUSTER INFO, NODES, JOIN id raft_addr resp_addr or LEAVE id.")},
 		{"RL.SYNC nosuch x", errv("NOPERM 'rl.sync' is internal: only another node of the cluster, authenticated with the cluster secret, may send it")},
+		{"RL.USAGE nosuch/", mapv{blk("nodes"), arr{}, blk("next"), blk("")}},
+		{"RL.USAGE COUNT 0", errv("ERR COUNT must be an integer between 1 and 1000")},
+		{"RL.TOP COUNT x", errv("ERR COUNT must be an integer between 1 and 1000")},
+		{"RL.TOPSUMMARY DENIED", errv("NOPERM 'rl.topsummary' is internal: only another node of the cluster, authenticated with the cluster secret, may send it")},
 		{"RL.LEASE nosuch x", errv("NOPERM 'rl.lease' is internal: only another node of the cluster, authenticated with the cluster secret, may send it")},
 		{"RL.QUOTASYNC nosuch {}", errv("NOPERM 'rl.quotasync' is internal: only another node of the cluster, authenticated with the cluster secret, may send it")},
 

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
+	"github.com/sluice-rl/sluice/usage"
 )
 
 // Role is what an authenticated user may do.
@@ -405,5 +406,5 @@ func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx
 // and metrics; the caller adds the cluster.
 func (env *Env) NewService() *limiter.Service {
 	return &limiter.Service{Store: env.Store, Clock: env.Clock, Shutdown: env.Shutdown,
-		Waiting: func(d int) { env.Metrics.waiting.Add(float64(d)) }, Counted: env.count}
+		Waiting: func(d int) { env.Metrics.waiting.Add(float64(d)) }, Counted: env.count, Recorder: usage.NewRecorder()}
 }

@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,9 +17,13 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice/internal/resptest"
 	"github.com/sluice-rl/sluice/internal/testkit"
@@ -31,7 +36,7 @@ import (
 // series exists.
 func startNode(t *testing.T) *server.Node {
 	t.Helper()
-	n := testnode.Start(t, testnode.Options{Config: func(c *server.Config) { c.MaxClients = 1 }})
+	n := testnode.Start(t, testnode.Options{Config: func(c *server.Config) { c.MaxClients = 1; c.GRPCAddr = "127.0.0.1:0" }})
 	// Ready once it has also recorded itself as a member: that write
 	// would otherwise move the commit index under /readyz.
 	testkit.WaitFor(t, 10*time.Second, "the node to be ready", func() bool {
@@ -203,6 +208,17 @@ func TestObservability(t *testing.T) {
 	if got := c.Do("RL.ACQUIRE", "deploy-test", "RATE", "10", "PER", "second"); !strings.HasPrefix(got, "[1 ") {
 		t.Fatalf("RL.ACQUIRE: %s", got)
 	}
+	// A first-level budget with a quota, a reservation in flight and an
+	// Envoy request: the quota, reservation and Envoy panels' series.
+	for _, call := range [][]string{
+		{"RL.BUDGET", "SET", "deploy", "RATE", "10", "QUOTA", "100", "PER", "day"},
+		{"RL.RESERVE", "deploy", "COST", "1"},
+	} {
+		if got := c.Do(call...); strings.HasPrefix(got, "-") {
+			t.Fatalf("%v: %s", call, got)
+		}
+	}
+	envoyRequest(t, n.Server.GRPCAddr())
 	extra := resptest.Dial(t, n.Server.RespAddr())
 	if got, err := extra.TryRead(5 * time.Second); err != nil || !strings.Contains(got, "max number of clients") {
 		t.Fatalf("a client over maxclients 1: %q, %v", got, err)
@@ -235,7 +251,8 @@ func TestObservability(t *testing.T) {
 			}
 			checkRaftStateMappings(t, e, file)
 		}
-		for _, want := range []string{"sluice_acquire_total", "sluice_command_duration_seconds_bucket", "sluice_raft_state", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total"} {
+		for _, want := range []string{"sluice_acquire_total", "sluice_command_duration_seconds_bucket", "sluice_raft_state", "go_memstats_heap_alloc_bytes", "process_cpu_seconds_total",
+			"sluice_quota_used", "sluice_quota_limit", "sluice_reservations_in_flight", "sluice_lease_requests_total", "sluice_envoy_descriptors_total", "sluice_top_keys"} {
 			if !used[want] {
 				t.Errorf("no dashboard shows %s", want)
 			}
@@ -323,5 +340,21 @@ func checkRaftStateMappings(t *testing.T, e exposition, file string) {
 				}
 			}
 		}
+	}
+}
+
+// envoyRequest sends one ShouldRateLimit to the node's gRPC address.
+func envoyRequest(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "tenant", Value: "a"}}}
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "deploy", Descriptors: []*rlcommon.RateLimitDescriptor{d}}); err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
 	}
 }

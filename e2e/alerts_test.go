@@ -29,8 +29,10 @@ import (
 
 const (
 	alertRulesFile = "../deploy/prometheus-alerts.yml"
-	promConfigFile = "../deploy/prometheus.yml"
-	composeFile    = "../docker-compose.yml"
+	// alertRulesTestFile holds promtool unit tests of alertRulesFile.
+	alertRulesTestFile = "../deploy/prometheus-alerts.test.yml"
+	promConfigFile     = "../deploy/prometheus.yml"
+	composeFile        = "../docker-compose.yml"
 )
 
 // requireProm returns the path of a Prometheus program (prometheus,
@@ -85,6 +87,8 @@ func TestPromtoolAcceptsShippedFiles(t *testing.T) {
 		}
 	}
 	run("check", "rules", alertRulesFile)
+	// The rules' unit tests (the usage alerts fire when they should).
+	run("test", "rules", alertRulesTestFile)
 
 	src, err := os.ReadFile(promConfigFile)
 	if err != nil {
@@ -490,6 +494,21 @@ func TestAlertRulesFireOnFirstIncident(t *testing.T) {
 		p.becomes(t, "SluiceQuotaCountsNotCommitted", rules["SluiceQuotaCountsNotCommitted"])
 	})
 
+	// A first-level budget at 95% of its quota after RL.QUOTA SET.
+	t.Run("quota nearly used", func(t *testing.T) {
+		n := single(t)
+		p := startProm(t, n.HTTP)
+		mark(p, "SluiceQuotaNearlyUsed")
+		c := client(t, n.Resp)
+		do(t, c, "RL.BUDGET", "SET", "acme", "RATE", "1000", "QUOTA", "100", "PER", "day")
+		p.scraped(t, 1)
+		p.quiet(t, "SluiceQuotaNearlyUsed")
+		if got := do(t, c, "RL.QUOTA", "SET", "acme", "USED", "95"); got != int64(1) {
+			t.Fatalf("RL.QUOTA SET: %v", got)
+		}
+		p.becomes(t, "SluiceQuotaNearlyUsed", rules["SluiceQuotaNearlyUsed"])
+	})
+
 	// Not provoked: a node more than 100 entries behind its own commit
 	// index while it still serves /metrics needs a stalled state machine,
 	// which a healthy binary does not have. Its series are checked: both
@@ -519,8 +538,8 @@ func TestAlertRulesFireOnFirstIncident(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if scenarios < 5 {
-		t.Logf("%d of 5 scenarios ran (-run): whether every alert has one is checked when all run", scenarios)
+	if scenarios < 6 {
+		t.Logf("%d of 6 scenarios ran (-run): whether every alert has one is checked when all run", scenarios)
 		return
 	}
 	var missing []string

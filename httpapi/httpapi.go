@@ -51,6 +51,8 @@ type API struct {
 	Access Access
 	// MaxKeyLen bounds key and path (--max-key-len).
 	MaxKeyLen int
+	// Views answer the cluster-wide endpoints (/v1/top, /v1/cluster).
+	Views Views
 }
 
 // Register adds the endpoints to mux.
@@ -60,6 +62,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/refund", func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, opRefund) })
 	mux.HandleFunc("POST /v1/quota", func(w http.ResponseWriter, r *http.Request) { a.serve(w, r, opQuota) })
 	a.registerReserve(mux)
+	a.registerAdmin(mux)
 }
 
 type op int

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/usage"
 )
 
 // Call is one limiting call (budget.Call: inline when Rate or Quota is
@@ -90,6 +91,9 @@ type Service struct {
 	// ReserveTTL is a reservation's lifetime when its call gives none, in
 	// ns (0: DefaultReserveTTL).
 	ReserveTTL int64
+	// Recorder, if set, records every decided call that is not a dry run:
+	// the keys admitted and refused most, each budget node's counts.
+	Recorder *usage.Recorder
 
 	// slotsDown: members that did not answer a relayed reservation, and
 	// until when (ns) their slots are counted here.
@@ -160,8 +164,17 @@ func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 			r.Remaining, r.ResetAfter, out.LimitedBy = back.Result.Remaining, back.Result.ResetAfter, back.LimitedBy
 		}
 	}
-	if !c.DryRun && s.Counted != nil {
-		s.Counted(tree, out.Label, out.Allowed, out.Cost)
+	if !c.DryRun {
+		if s.Counted != nil {
+			s.Counted(tree, out.Label, out.Allowed, out.Cost)
+		}
+		if s.Recorder != nil {
+			node := ""
+			if out.Node != nil {
+				node = out.Node.Path
+			}
+			s.Recorder.Record(now, c.Path, c.Subject, node, out.Allowed != 0)
+		}
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ func init() {
 	registerCommand(QuotaAdd, (*Entry).asQuotaCounts, (*FSM).applyQuotaCounts)
 	registerCommand(QuotaReserve, (*Entry).asQuotaReservation, (*FSM).applyQuotaReservation)
 	registerCommand(QuotaReset, (*Entry).asQuotaResets, (*FSM).applyQuotaResets)
+	registerCommand(QuotaSet, (*Entry).asQuotaSets, (*FSM).applyQuotaSets)
 }
 
 // quotaCounts is QuotaAdd's payload: a node's batch of quota counts
@@ -102,4 +103,40 @@ func (f *FSM) applyQuotaResets(p quotaResets, _ uint64) Response {
 		(*o).QuotaReset(p.Keys, p.Now)
 	}
 	return Response{N: n}
+}
+
+// quotaSets is QuotaSet's payload: counters and the count each has in its
+// period from now on, and when the proposer set them.
+type quotaSets struct {
+	Items []QuotaItem
+	Now   int64
+}
+
+func (e *Entry) asQuotaSets() (quotaSets, error) {
+	if len(e.Quotas) == 0 {
+		return quotaSets{}, badPayload("quota set without items")
+	}
+	for _, q := range e.Quotas {
+		if q.Key == "" || q.End <= q.Start || q.Used < 0 || q.Used > maxQuotaUsed || q.Period == "" {
+			return quotaSets{}, badPayload("malformed quota item")
+		}
+	}
+	return quotaSets{Items: e.Quotas, Now: e.Now}, nil
+}
+
+// applyQuotaSets replaces each counter with one that has counted Used in
+// the item's period, and tells the observer as a reset of those counters,
+// so that every node drops its pending count and the units it was granted
+// (a set is a reset to a count other than 0).
+func (f *FSM) applyQuotaSets(p quotaSets, _ uint64) Response {
+	keys := make([]QuotaKey, 0, len(p.Items))
+	for _, q := range p.Items {
+		f.quotas.reset(string(q.Key))
+		f.quotas.add(q)
+		keys = append(keys, q.Key)
+	}
+	if o := f.quotaObs.Load(); o != nil {
+		(*o).QuotaReset(keys, p.Now)
+	}
+	return Response{N: len(p.Items)}
 }

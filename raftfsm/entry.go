@@ -38,6 +38,9 @@ const (
 	// item's Used is the units wanted), or takes back units it releases
 	// (Used negative).
 	QuotaReserve
+	// QuotaSet sets counters' counts in their current period (RL.QUOTA
+	// SET): each item's Used is the new count.
+	QuotaSet
 
 	// entryTypeEnd is one past the last type: the size of the apply table.
 	entryTypeEnd
@@ -62,7 +65,7 @@ type Entry struct {
 	Member *Member `json:"member,omitempty"`
 	ID     string  `json:"id,omitempty"`
 	Auto   bool    `json:"auto,omitempty"`
-	// QuotaAdd, QuotaReset (Keys); Now is the proposer's clock, which the
+	// QuotaAdd, QuotaSet, QuotaReset (Keys); Now is the proposer's clock, which the
 	// state machine uses (never its own) to purge ended periods. Origin and
 	// Seq number a node's batches of quota counts, so that a batch retried
 	// after an uncertain outcome is counted once.

@@ -27,6 +27,7 @@ func goldenEntries(c budget.Config) []*Entry {
 		{Type: QuotaAdd, Quotas: []QuotaItem{item}, Now: 42, Origin: "n1", Seq: 9, Req: req},
 		{Type: QuotaReset, Keys: []QuotaKey{"i|acme", "i|beta"}, Now: 43, Req: req},
 		{Type: QuotaReserve, Quotas: []QuotaItem{item}, Origin: "n1@5", Req: req},
+		{Type: QuotaSet, Quotas: []QuotaItem{item}, Now: 44, Req: req},
 	}
 }
 
@@ -42,6 +43,7 @@ var golden = []string{
 	"\x01\x06{\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"now\":42,\"origin\":\"n1\",\"seq\":9,\"req\":{\"node\":\"n1\",\"seq\":7}}",
 	"\x01\a{\"keys\":[\"aXxhY21l\",\"aXxiZXRh\"],\"now\":43,\"req\":{\"node\":\"n1\",\"seq\":7}}",
 	"\x01\b{\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"origin\":\"n1@5\",\"req\":{\"node\":\"n1\",\"seq\":7}}",
+	"\x01\t{\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"now\":44,\"req\":{\"node\":\"n1\",\"seq\":7}}",
 }
 
 // TestEntryEncodingIsStable holds the log encoding to the bytes existing
@@ -117,7 +119,9 @@ func TestGoldenEntriesApply(t *testing.T) {
 		`tree=2,members=0,removed=map[n2:true],counters=0`,
 		`8:n=1,warn="",err=<nil>`,
 		`tree=2,members=0,removed=map[n2:true],counters=1`,
-		`[n1/9/1] [i|acme i|beta] [n1@5:3]`,
+		`9:n=1,warn="",err=<nil>`,
+		`tree=2,members=0,removed=map[n2:true],counters=1`,
+		`[n1/9/1] [i|acme i|beta i|acme] [n1@5:3]`,
 		`rejoin: ERR node 'n2' was removed from the cluster with RL.CLUSTER LEAVE; an operator re-admits it with RL.CLUSTER JOIN`,
 		`retry: n=1 index=1 tree=2`,
 	}

@@ -210,3 +210,18 @@ func (s *Store) Waiters(key string) int {
 	}
 	return 0
 }
+
+// InFlightByLevel calls f once for every level name of every open
+// reservation (a budget node's path, path#subject, quota:level, or an
+// inline key), so that a caller can count the reservations in flight
+// through each budget node. The names are the store's: f must not keep
+// them.
+func (s *Store) InFlightByLevel(f func(name []byte)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.exp {
+		for i := range h.Levels {
+			f(h.Levels[i].Name)
+		}
+	}
+}

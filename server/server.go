@@ -133,6 +133,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
 			func() float64 { return float64(store.Refusals()) }),
 	)
+	m.MustRegister(newUsageMetrics(s.env.Service))
 	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
 }
@@ -404,7 +405,7 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess}
+	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views()}
 	api.Register(mux)
 	s.ratelimitRoutes(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))

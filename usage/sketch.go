@@ -1,0 +1,220 @@
+package usage
+
+// sketch is one Space-Saving summary (Metwally, Agrawal, El Abbadi, 2005)
+// of the keys recorded in one minute, in fixed arrays: Counters slots, a
+// min-heap of the slots by count, and an open-addressing index from a
+// key's hash to its slot. Recording a key never allocates.
+//
+// A key that has a slot counts there; a new key takes a free slot, or,
+// once all are taken, the slot with the smallest count c: the new key
+// starts at c+1 and remembers c as its error (it may have been counted up
+// to c times before it took the slot). So every count is at least the
+// key's true count and at most error more, error ≤ n/Counters, and every
+// key recorded more than n/Counters times has a slot.
+type sketch struct {
+	epoch int64 // the minute (Unix time / 60 s) it counts; -1 for none
+	n     int64 // keys recorded
+	used  int32 // slots taken
+	slots [Counters]slot
+	heap  [Counters]int32     // slot numbers, a min-heap by count
+	index [2 * Counters]int32 // slot number + 1, 0 for an empty place
+}
+
+// slot is one counted key: its hash and its first MaxKeyBytes bytes.
+type slot struct {
+	hash  uint64
+	count int64
+	err   int64 // the count the key may have had before it took the slot
+	pos   int32 // place in the heap
+	klen  uint8
+	key   [MaxKeyBytes]byte
+	long  bool // the key was longer than MaxKeyBytes
+}
+
+func (s *sketch) reset(epoch int64) {
+	s.epoch, s.n, s.used = epoch, 0, 0
+	clear(s.index[:])
+}
+
+// full reports whether every slot is taken: a key without one may then
+// have been counted up to min() times.
+func (s *sketch) full() bool { return s.used == Counters }
+
+// min is the smallest count when full, else 0.
+func (s *sketch) min() int64 {
+	if !s.full() {
+		return 0
+	}
+	return s.slots[s.heap[0]].count
+}
+
+// matches reports whether sl holds the key path#sub (sub nil: path).
+func (sl *slot) matches(h uint64, path, sub []byte) bool {
+	if sl.hash != h {
+		return false
+	}
+	k := sl.key[:sl.klen]
+	n := copy1(k, path, 0)
+	if n < 0 {
+		return false
+	}
+	if sub != nil {
+		if n == len(k) {
+			return sl.long
+		}
+		if k[n] != '#' {
+			return false
+		}
+		if n = copy1(k, sub, n+1); n < 0 {
+			return false
+		}
+	}
+	return n == len(k)
+}
+
+// copy1 compares b with k from offset off, as far as k goes; it returns
+// the offset after b (or len(k) if k ends first), or -1 on a difference.
+func copy1(k, b []byte, off int) int {
+	if off > len(k) {
+		return -1
+	}
+	m := min(len(b), len(k)-off)
+	if string(k[off:off+m]) != string(b[:m]) {
+		return -1
+	}
+	return off + m
+}
+
+// set stores the key path#sub (cut to MaxKeyBytes) in sl.
+func (sl *slot) set(h uint64, path, sub []byte) {
+	sl.hash = h
+	n := copy(sl.key[:], path)
+	long := len(path) > n
+	if sub != nil && !long {
+		if n < MaxKeyBytes {
+			sl.key[n] = '#'
+			n++
+			m := copy(sl.key[n:], sub)
+			long = len(sub) > m
+			n += m
+		} else {
+			long = true
+		}
+	}
+	sl.klen, sl.long = uint8(n), long
+}
+
+// name is the key as listed: cut keys end in "…".
+func (sl *slot) name() string {
+	if sl.long {
+		return string(sl.key[:sl.klen]) + "…"
+	}
+	return string(sl.key[:sl.klen])
+}
+
+// record counts one call of the key path#sub, whose hash is h.
+func (s *sketch) record(h uint64, path, sub []byte) {
+	s.n++
+	mask := uint64(len(s.index) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		v := s.index[i]
+		if v == 0 {
+			break
+		}
+		if sl := &s.slots[v-1]; sl.matches(h, path, sub) {
+			sl.count++
+			s.down(sl.pos)
+			return
+		}
+	}
+	var i int32
+	if s.used < Counters {
+		i = s.used
+		s.used++
+		sl := &s.slots[i]
+		sl.count, sl.err, sl.pos = 1, 0, i
+		s.heap[i] = i
+		s.up(i)
+	} else {
+		i = s.heap[0]
+		sl := &s.slots[i]
+		s.unindex(sl.hash, i)
+		sl.err = sl.count
+		sl.count++
+		s.down(0)
+	}
+	s.slots[i].set(h, path, sub)
+	for j := h & mask; ; j = (j + 1) & mask {
+		if s.index[j] == 0 {
+			s.index[j] = i + 1
+			return
+		}
+	}
+}
+
+// unindex removes slot i, whose hash is h, from the index, moving later
+// entries of its probe run back so that no lookup stops early.
+func (s *sketch) unindex(h uint64, i int32) {
+	mask := uint64(len(s.index) - 1)
+	p := h & mask
+	for s.index[p] != i+1 {
+		p = (p + 1) & mask
+	}
+	for {
+		s.index[p] = 0
+		q := p
+		for {
+			q = (q + 1) & mask
+			v := s.index[q]
+			if v == 0 {
+				return
+			}
+			home := s.slots[v-1].hash & mask
+			// v may move to p if p lies cyclically in [home, q).
+			if (q > p && (home <= p || home > q)) || (q < p && home <= p && home > q) {
+				s.index[p] = v
+				p = q
+				break
+			}
+		}
+	}
+}
+
+func (s *sketch) less(a, b int32) bool {
+	return s.slots[s.heap[a]].count < s.slots[s.heap[b]].count
+}
+
+func (s *sketch) swap(a, b int32) {
+	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
+	s.slots[s.heap[a]].pos, s.slots[s.heap[b]].pos = a, b
+}
+
+func (s *sketch) up(i int32) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			return
+		}
+		s.swap(i, p)
+		i = p
+	}
+}
+
+func (s *sketch) down(i int32) {
+	n := s.used
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s.less(r, l) {
+			m = r
+		}
+		if !s.less(m, i) {
+			return
+		}
+		s.swap(i, m)
+		i = m
+	}
+}

@@ -1,0 +1,261 @@
+// Package usage keeps what one node has seen recently, in memory fixed at
+// start: the keys it admitted and refused most over the last minutes (a
+// Space-Saving heavy-hitters sketch per minute), each budget node's
+// admitted and refused calls over the last minute, and the node's
+// admissions and refusals per 10 seconds. Recording allocates nothing and
+// takes one short lock of a shard. See DESIGN.md for the error bound.
+package usage
+
+import (
+	"hash/maphash"
+	"sort"
+	"sync"
+	"time"
+)
+
+const (
+	// Counters is the number of counters of one sketch (k): each shard of
+	// each minute's sketch keeps this many keys.
+	Counters = 256
+	// Shards is how many sketches a minute's keys are split into, by
+	// hash: calls of different keys rarely wait for each other, and a
+	// key's count is bounded by its own shard's calls.
+	Shards = 8
+	// Windows is how many one-minute sketches are kept: the current
+	// minute and the ones before it.
+	Windows = 5
+	// Window is a sketch's span.
+	Window = int64(time.Minute)
+	// MaxKeyBytes is how much of a key a counter keeps; longer keys are
+	// listed cut, ending in "…" (a counter still tells them apart by
+	// their 64-bit hash).
+	MaxKeyBytes = 96
+	// Step and Steps are the resolution and length of the node's
+	// admitted/refused history: 30 steps of 10 s.
+	Step  = int64(10 * time.Second)
+	Steps = 30
+)
+
+// Top counts the keys of one kind of call (admitted, or refused).
+type Top struct {
+	seed   maphash.Seed
+	shards [Shards]topShard
+}
+
+type topShard struct {
+	mu  sync.Mutex
+	win [Windows]sketch
+	// steps counts every call by 10-second step (the history).
+	steps [Steps]step
+	_     [64]byte // keeps the next shard's lock off this one's cache line
+}
+
+type step struct{ at, n int64 }
+
+// NewTop returns an empty Top; its memory is all taken here.
+func NewTop() *Top {
+	t := &Top{seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		for j := range t.shards[i].win {
+			t.shards[i].win[j].epoch = -1
+		}
+		for j := range t.shards[i].steps {
+			t.shards[i].steps[j].at = -1
+		}
+	}
+	return t
+}
+
+// hash is the hash of the key path#sub (sub nil: path).
+func (t *Top) hash(path, sub []byte) uint64 {
+	h := maphash.Bytes(t.seed, path)
+	if sub != nil {
+		h = (h ^ maphash.Bytes(t.seed, sub)) * 0x9e3779b97f4a7c15
+		h ^= h >> 29
+	}
+	return h
+}
+
+// Record counts one call of the key path#sub (sub nil: path) at now
+// (Unix ns).
+func (t *Top) Record(now int64, path, sub []byte) {
+	h := t.hash(path, sub)
+	sh := &t.shards[h>>61] // Shards = 8: the top three bits
+	minute := now / Window
+	tick := now / Step
+	sh.mu.Lock()
+	w := &sh.win[minute%Windows]
+	if w.epoch != minute {
+		w.reset(minute)
+	}
+	w.record(h, path, sub)
+	st := &sh.steps[tick%Steps]
+	if st.at != tick {
+		st.at, st.n = tick, 0
+	}
+	st.n++
+	sh.mu.Unlock()
+}
+
+// Entry is one key of a summary: its count is at least the key's true
+// count and at most Err more.
+type Entry struct {
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+	Err   int64  `json:"error"`
+}
+
+// Summary is what a node (or a cluster, merged) counted over the last
+// Windows minutes: N calls in all; the keys with a counter; and Floor, a
+// bound on the true count of any key not listed. Floor ≤ N/Counters.
+type Summary struct {
+	N       int64   `json:"n"`
+	Floor   int64   `json:"floor"`
+	Entries []Entry `json:"keys"`
+}
+
+// Summary returns the keys counted in the windows of the last Windows
+// minutes at now, most counted first. Within a shard a key without a
+// counter in some window may have been counted up to that window's
+// smallest count there, which is added to its count and its error.
+func (t *Top) Summary(now int64) Summary {
+	minute := now / Window
+	var out Summary
+	type acc struct {
+		Entry
+		seen uint8 // windows where the key has a counter
+	}
+	for i := range t.shards {
+		sh := &t.shards[i]
+		keys := map[string]*acc{}
+		var mins [Windows]int64
+		sh.mu.Lock()
+		for j := range sh.win {
+			w := &sh.win[j]
+			if w.epoch < 0 || w.epoch <= minute-Windows || w.epoch > minute {
+				continue
+			}
+			out.N += w.n
+			mins[j] = w.min()
+			for k := int32(0); k < w.used; k++ {
+				sl := &w.slots[k]
+				name := sl.name()
+				a := keys[name]
+				if a == nil {
+					a = &acc{Entry: Entry{Key: name}}
+					keys[name] = a
+				}
+				a.Count += sl.count
+				a.Err += sl.err
+				a.seen |= 1 << j
+			}
+		}
+		sh.mu.Unlock()
+		floor := int64(0)
+		for _, m := range mins {
+			floor += m
+		}
+		out.Floor = max(out.Floor, floor)
+		for _, a := range keys {
+			for j, m := range mins {
+				if a.seen&(1<<j) == 0 {
+					a.Count += m
+					a.Err += m
+				}
+			}
+			out.Entries = append(out.Entries, a.Entry)
+		}
+	}
+	sortEntries(out.Entries)
+	return out
+}
+
+// History returns the calls counted per Step over the last Steps steps
+// at now, oldest first, the current (partial) step last.
+func (t *Top) History(now int64) [Steps]int64 {
+	var out [Steps]int64
+	tick := now / Step
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, st := range sh.steps {
+			if st.at >= 0 && st.at > tick-Steps && st.at <= tick {
+				out[Steps-1-(tick-st.at)] += st.n
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Tracked returns how many counters hold a key now (at most
+// Counters × Shards × Windows).
+func (t *Top) Tracked() int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for j := range sh.win {
+			if sh.win[j].epoch >= 0 {
+				n += int(sh.win[j].used)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// MaxTracked is the most counters a Top holds.
+const MaxTracked = Counters * Shards * Windows
+
+// Merge adds summaries of disjoint sets of calls (those of the nodes of
+// a cluster): a key missing from one summary may have been counted up to
+// that summary's Floor there, which is added to its count and its error.
+func Merge(sums ...Summary) Summary {
+	var out Summary
+	type acc struct {
+		Entry
+		seen []bool
+	}
+	keys := map[string]*acc{}
+	for i, s := range sums {
+		out.N += s.N
+		out.Floor += s.Floor
+		for _, e := range s.Entries {
+			a := keys[e.Key]
+			if a == nil {
+				a = &acc{Entry: Entry{Key: e.Key}, seen: make([]bool, len(sums))}
+				keys[e.Key] = a
+			}
+			a.Count += e.Count
+			a.Err += e.Err
+			a.seen[i] = true
+		}
+	}
+	for _, a := range keys {
+		for i, s := range sums {
+			if !a.seen[i] {
+				a.Count += s.Floor
+				a.Err += s.Floor
+			}
+		}
+		out.Entries = append(out.Entries, a.Entry)
+	}
+	sortEntries(out.Entries)
+	return out
+}
+
+// sortEntries orders entries by count (most first), then by error (least
+// first), then by key.
+func sortEntries(es []Entry) {
+	sort.Slice(es, func(i, j int) bool {
+		a, b := &es[i], &es[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.Err != b.Err {
+			return a.Err < b.Err
+		}
+		return a.Key < b.Key
+	})
+}

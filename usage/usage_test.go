@@ -1,0 +1,224 @@
+package usage
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC).UnixNano() // a minute's start
+
+// checkBound holds a summary to its promise against the true counts: every
+// listed count is within [true, true+Err], Err ≤ N/Counters, and every key
+// not listed has a true count ≤ Floor ≤ N/Counters.
+func checkBound(t *testing.T, s Summary, truth map[string]int64) {
+	t.Helper()
+	bound := s.N / Counters
+	if s.Floor > bound {
+		t.Errorf("floor %d > N/k = %d", s.Floor, bound)
+	}
+	listed := map[string]bool{}
+	for _, e := range s.Entries {
+		listed[e.Key] = true
+		tr := truth[e.Key]
+		if e.Count < tr || e.Count-e.Err > tr || e.Err > bound {
+			t.Fatalf("%s: count %d error %d, true %d, bound %d", e.Key, e.Count, e.Err, tr, bound)
+		}
+	}
+	for k, n := range truth {
+		if !listed[k] && n > s.Floor {
+			t.Fatalf("%s counted %d times, more than the floor %d, and not listed", k, n, s.Floor)
+		}
+	}
+}
+
+func zipfKeys(seed uint64, keys int) func() string {
+	r := rand.New(rand.NewPCG(seed, seed))
+	z := rand.NewZipf(r, 1.2, 1, uint64(keys-1))
+	return func() string { return "tenant-" + strconv.FormatUint(z.Uint64(), 10) }
+}
+
+func TestSketchWithinBound(t *testing.T) {
+	tp := NewTop()
+	next := zipfKeys(1, 100_000)
+	truth := map[string]int64{}
+	const n = 200_000
+	for i := 0; i < n; i++ {
+		k := next()
+		truth[k]++
+		// Three minutes of calls: three windows merged.
+		tp.Record(t0+int64(i)*int64(3*time.Minute)/n, []byte(k), nil)
+	}
+	s := Merge(tp.Summary(t0 + int64(3*time.Minute) - 1))
+	if s.N != n {
+		t.Fatalf("N %d, want %d", s.N, n)
+	}
+	checkBound(t, s, truth)
+	if tr := tp.Tracked(); tr > MaxTracked {
+		t.Fatalf("%d counters, bound %d", tr, MaxTracked)
+	}
+}
+
+func TestMergeOfNodesWithinBound(t *testing.T) {
+	next := zipfKeys(2, 100_000)
+	truth := map[string]int64{}
+	var sums []Summary
+	for node := 0; node < 3; node++ {
+		tp := NewTop()
+		for i := 0; i < 60_000; i++ {
+			k := next()
+			truth[k]++
+			tp.Record(t0+int64(i)*1000, []byte(k), nil)
+		}
+		sums = append(sums, tp.Summary(t0+int64(time.Minute)))
+	}
+	s := Merge(sums...)
+	checkBound(t, s, truth)
+	// The ten heaviest are listed, in an order no further from the true
+	// one than the bound.
+	for i := 0; i < 10; i++ {
+		for j := i + 1; j < len(s.Entries); j++ {
+			if truth[s.Entries[j].Key] > truth[s.Entries[i].Key]+s.N/Counters {
+				t.Fatalf("%s (true %d) listed after %s (true %d)", s.Entries[j].Key, truth[s.Entries[j].Key], s.Entries[i].Key, truth[s.Entries[i].Key])
+			}
+		}
+	}
+}
+
+func TestSubjectsAndLongKeys(t *testing.T) {
+	tp := NewTop()
+	long := make([]byte, 200)
+	for i := range long {
+		long[i] = 'a'
+	}
+	for i := 0; i < 3; i++ {
+		tp.Record(t0, []byte("acme/api"), []byte("user-1"))
+	}
+	tp.Record(t0, []byte("acme/api"), []byte("user-2"))
+	tp.Record(t0, []byte("acme/api"), nil)
+	tp.Record(t0, long, nil)
+	tp.Record(t0, append(long, 'b'), nil) // the same first 96 bytes, another key
+	s := Merge(tp.Summary(t0))
+	got := map[string]int64{}
+	for _, e := range s.Entries {
+		got[e.Key] += e.Count
+	}
+	cut := string(long[:MaxKeyBytes]) + "…"
+	want := map[string]int64{"acme/api#user-1": 3, "acme/api#user-2": 1, "acme/api": 1, cut: 2}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%q: %d, want %d (all: %v)", k, got[k], n, got)
+		}
+	}
+}
+
+func TestWindowsExpire(t *testing.T) {
+	tp := NewTop()
+	tp.Record(t0, []byte("old"), nil)
+	tp.Record(t0+int64(Windows)*Window, []byte("new"), nil)
+	s := tp.Summary(t0 + int64(Windows)*Window)
+	if s.N != 1 || len(s.Entries) != 1 || s.Entries[0].Key != "new" {
+		t.Fatalf("after %d minutes: %+v", Windows, s)
+	}
+	h := tp.History(t0 + int64(Windows)*Window)
+	if h[Steps-1] != 1 {
+		t.Fatalf("history %v", h)
+	}
+}
+
+// The index stays consistent through many evictions: every counted key is
+// found again, and counts add up.
+func TestSketchIndexUnderChurn(t *testing.T) {
+	var s sketch
+	s.reset(0)
+	r := rand.New(rand.NewPCG(3, 3))
+	for i := 0; i < 100_000; i++ {
+		k := []byte(strconv.Itoa(int(r.Uint32() % 2000)))
+		s.record(uint64(r.Uint32()%64)<<32|uint64(k[0]), k, nil) // crowded hashes, long probe runs
+	}
+	var sum int64
+	for i := int32(0); i < s.used; i++ {
+		sum += s.slots[i].count - s.slots[i].err
+		sl := &s.slots[i]
+		found := false
+		mask := uint64(len(s.index) - 1)
+		for j := sl.hash & mask; s.index[j] != 0; j = (j + 1) & mask {
+			if s.index[j] == i+1 {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Fatalf("slot %d (%s) not reachable from its hash", i, sl.name())
+		}
+		if s.slots[s.heap[sl.pos]].hash != sl.hash {
+			t.Fatalf("heap position of slot %d is wrong", i)
+		}
+	}
+	if sum > s.n {
+		t.Fatalf("lower bounds sum to %d > %d calls", sum, s.n)
+	}
+}
+
+func TestRecordAllocatesNothing(t *testing.T) {
+	r := NewRecorder()
+	keys := make([][]byte, 4096)
+	for i := range keys {
+		keys[i] = []byte("tenant/" + strconv.Itoa(i))
+	}
+	sub := []byte("user-1")
+	i := 0
+	if n := testing.AllocsPerRun(10_000, func() {
+		i++
+		r.Record(t0+int64(i)*1e6, keys[i%len(keys)], sub, "tenant", i%3 == 0)
+	}); n != 0 {
+		t.Fatalf("%.2f allocations a call", n)
+	}
+}
+
+func TestCountsLastMinute(t *testing.T) {
+	c := NewCounts()
+	for i := 0; i < 10; i++ {
+		c.Record(t0+int64(i)*int64(time.Second), "acme", i%2 == 0)
+	}
+	if ok, no, found := c.Get(t0+int64(30*time.Second), "acme"); !found || ok != 5 || no != 5 {
+		t.Fatalf("got %d %d %v", ok, no, found)
+	}
+	if ok, no, _ := c.Get(t0+int64(70*time.Second), "acme"); ok != 0 || no != 0 {
+		t.Fatalf("a minute later: %d %d", ok, no)
+	}
+}
+
+// Counts keep at most NodeCapacity nodes; idle ones give their place up.
+func TestCountsBounded(t *testing.T) {
+	c := NewCounts()
+	for i := 0; i < 3*NodeCapacity; i++ {
+		c.Record(t0, "n"+strconv.Itoa(i), true)
+	}
+	if c.Untracked() == 0 {
+		t.Fatal("every node followed beyond the capacity")
+	}
+	// A minute later the places are idle and taken again.
+	later := t0 + int64(2*time.Minute)
+	c.Record(later, "fresh", false)
+	if _, no, ok := c.Get(later, "fresh"); !ok || no != 1 {
+		t.Fatalf("fresh node after idle ones: %d %v", no, ok)
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	r := NewRecorder()
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte("tenant/" + strconv.Itoa(i))
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			r.Record(t0, keys[i&1023], nil, "tenant", true)
+		}
+	})
+}
