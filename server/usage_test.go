@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/sluice-rl/sluice/raftfsm"
 	"io"
 	"net/http/httptest"
 	"net/url"
@@ -193,7 +194,8 @@ func TestUsageBoundedOnLargeTree(t *testing.T) {
 	}
 	// Ten imports of 10,000 nodes: each one Raft entry, which takes
 	// seconds under the race detector on a loaded machine.
-	n := startNode(t, func(c *Config) { c.ApplyTimeout = 2 * time.Minute })
+	n := startNodeHook(t, func(c *Config) { c.ApplyTimeout = 2 * time.Minute },
+		func(o *raftfsm.Options) { o.ApplyTimeout = 2 * time.Minute })
 	fixClock(n.Server)
 	c := resptest.Dial(t, n.Server.RespAddr())
 	for part := 0; part < 10; part++ {
