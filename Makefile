@@ -25,23 +25,26 @@ run: build
 # every timeout, but it spends most of its time waiting them out, and at
 # the same priority as everything else on 2 cores with two CPU hogs its
 # starved nodes stalled for five seconds and more, longer than
-# --apply-timeout, with no fault at all. Its output comes after the other
-# packages'. The hostile-client suite runs on its own (it measures a
-# bystander's latency, which other packages' tests would disturb).
-# SLUICE_HOSTILE_FULL=1 runs it at full size.
+# --apply-timeout, with no fault at all. The client and chart modules run
+# beside them too; the output of these three comes after the main
+# module's packages. The hostile-client suite and the client's timing
+# bound run last, on their own (they measure latencies, which other
+# tests would disturb). SLUICE_HOSTILE_FULL=1 runs the hostile suite at
+# full size.
 ROBUST_NICE ?= -10
 test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@log=$$(mktemp); prio=""; \
+	@logs=$$(mktemp -d); prio=""; pids=""; \
 	if nice -n $(ROBUST_NICE) true 2>/dev/null; then prio="nice -n $(ROBUST_NICE)"; fi; \
-	echo "$$prio $(GO) test -race -count=1 -timeout 30m ./robust  (beside the packages below; output after them)"; \
-	$$prio $(GO) test -race -count=1 -timeout 30m ./robust >$$log 2>&1 & robust=$$!; \
-	trap 'kill $$robust 2>/dev/null; rm -f $$log' INT TERM; \
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -e /hostile$$ -e /robust$$); rest=$$?; \
-	wait $$robust; rc=$$?; echo "== ./robust"; cat $$log; rm -f $$log; \
-	[ $$rest -eq 0 ] && [ $$rc -eq 0 ]
-	cd client && $(GO) test -race -count=1 -timeout 10m ./...
-	cd deploy/charttest && $(GO) test -count=1 -timeout 10m ./...
+	trap 'kill $$pids 2>/dev/null; rm -rf $$logs' INT TERM; \
+	echo "beside the packages below (output after them): $$prio $(GO) test -race ./robust; the client module (-race); deploy/charttest"; \
+	$$prio $(GO) test -race -count=1 -timeout 30m ./robust >$$logs/robust 2>&1 & pids="$$pids $$!"; \
+	(cd client && $(GO) test -race -count=1 -timeout 10m ./...) >$$logs/client 2>&1 & pids="$$pids $$!"; \
+	(cd deploy/charttest && $(GO) test -count=1 -timeout 10m ./...) >$$logs/charttest 2>&1 & pids="$$pids $$!"; \
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -e /hostile$$ -e /robust$$); rc=$$?; \
+	for p in $$pids; do wait $$p || rc=1; done; \
+	for f in robust client charttest; do echo "== $$f"; cat $$logs/$$f; done; rm -rf $$logs; \
+	exit $$rc
 	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
 	$(GO) test -count=1 -timeout 30m ./hostile
 
