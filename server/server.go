@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/console"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
@@ -407,6 +408,7 @@ func (s *Server) httpHandler() http.Handler {
 	}
 	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views()}
 	api.Register(mux)
+	console.Register(mux)
 	s.ratelimitRoutes(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.env.Metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
