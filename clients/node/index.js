@@ -34,7 +34,9 @@ class DeadlineExceeded extends Error {
   constructor(ms) { super(`no reply within ${ms} ms`); this.name = "DeadlineExceeded"; }
 }
 
-const isReplyError = (e) => /Reply|SimpleError/.test((e && (e.name || (e.constructor && e.constructor.name))) || "");
+// ioredis names its error ReplyError; node-redis leaves the name "Error" on
+// its SimpleError (an ErrorReply): look at the name and the class.
+const isReplyError = (e) => !!e && [e.name, e.constructor && e.constructor.name].some((n) => /Reply|SimpleError/.test(n || ""));
 /** Whether err means sluice could not decide (the failure policy applies) rather than that it refused. */
 function isTransient(e) {
   if (!isReplyError(e)) return true;

@@ -133,3 +133,15 @@ test("middleware: headers, 429, 503", async (t) => {
   r = await fetch(base + "/closed");
   assert.strictEqual(r.status, 503);
 });
+
+test("error replies are told from failures, as ioredis and node-redis throw them", () => {
+  class ReplyError extends Error { constructor(m) { super(m); this.name = "ReplyError"; } } // ioredis
+  class ErrorReply extends Error {} // node-redis: the name stays "Error"
+  class SimpleError extends ErrorReply {}
+  for (const E of [ReplyError, SimpleError]) {
+    assert.strictEqual(pkg.isTransient(new E("NOBUDGET no budget node on path 'x'")), false, E.name);
+    assert.strictEqual(pkg.isTransient(new E("NORESERVATION no open reservation 'x'")), false, E.name);
+    assert.strictEqual(pkg.isTransient(new E("TRYAGAIN no leader")), true, E.name);
+  }
+  assert.strictEqual(pkg.isTransient(new Error("connect ECONNREFUSED 127.0.0.1:1")), true);
+});
