@@ -153,9 +153,11 @@ function inlineArgs(cmd, key, o) {
   return args;
 }
 
+const waitMs = (o) => (o.wait == null ? 0 : Math.max(0, Math.ceil(o.wait)));
+
 function tail(args, o) {
   if (o.cost != null) args.push("COST", o.cost);
-  if (o.wait != null) args.push("WAIT", Math.max(0, Math.ceil(o.wait)));
+  if (o.wait != null) args.push("WAIT", waitMs(o));
   if (o.dryrun) args.push("DRYRUN");
   return args;
 }
@@ -242,7 +244,8 @@ class Client {
     }
   }
 
-  async decide(args, cacheKey, key, cost, convert = decision, local = (d) => d) {
+  /** One call under the failure policy; wait (ms) is the WAIT it sends, by which its deadline grows. */
+  async decide(args, cacheKey, key, cost, { convert = decision, local = (d) => d, wait = 0 } = {}) {
     if (cacheKey != null) {
       const d = this.denials.get(cacheKey, cost);
       if (d) return d;
@@ -250,7 +253,7 @@ class Client {
     if (!this.breaker.allow()) return local(this.policy(key, cost, new CircuitOpen()));
     let reply;
     try {
-      reply = await this.call(args, args.includes("WAIT") ? Number(args[args.indexOf("WAIT") + 1]) : 0);
+      reply = await this.call(args, wait);
     } catch (e) {
       if (isTransient(e)) { this.breaker.failure(); return local(this.policy(key, cost, e)); }
       this.breaker.success();
@@ -281,7 +284,7 @@ class Client {
     const f = this.fast();
     if (f) return f;
     const cacheKey = o.wait == null && !o.dryrun ? ["inline", key, o.rate, o.per, o.burst, o.algo].join("\u0000") : null;
-    return this.decide(tail(inlineArgs("RL.ACQUIRE", key, o), o), cacheKey, key, o.cost ?? 1);
+    return this.decide(tail(inlineArgs("RL.ACQUIRE", key, o), o), cacheKey, key, o.cost ?? 1, { wait: waitMs(o) });
   }
 
   /** RL.ACQUIRE path [KEY key] [COST c] [WAIT ms] [DRYRUN]: the budget tree's limit. */
@@ -292,7 +295,7 @@ class Client {
     const args = ["RL.ACQUIRE", path];
     if (o.key != null) args.push("KEY", o.key);
     const cacheKey = o.wait == null && !o.dryrun ? ["budget", target].join("\u0000") : null;
-    return this.decide(tail(args, o), cacheKey, target, o.cost ?? 1);
+    return this.decide(tail(args, o), cacheKey, target, o.cost ?? 1, { wait: waitMs(o) });
   }
 
   /** RL.PEEK with an inline limit: nothing consumed. */
@@ -327,7 +330,7 @@ class Client {
         resetAfter: resetS * 1000, limitedBy: key, source: "server", degraded: false };
     };
     return this.decide(["CL.THROTTLE", key, maxBurst, count, period, quantity],
-      ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, conv);
+      ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, { convert: conv });
   }
 
   /**
@@ -353,8 +356,9 @@ class Client {
     if (o.key != null) args.push("KEY", o.key);
     args.push("COST", o.estimate);
     if (o.ttl != null) args.push("TTL", ttlArg(o.ttl));
-    if (o.wait != null) args.push("WAIT", Math.max(0, Math.ceil(o.wait)));
-    return this.decide(args, null, o.key == null ? target : `${target}#${o.key}`, o.estimate, reservation, localReservation);
+    if (o.wait != null) args.push("WAIT", waitMs(o));
+    return this.decide(args, null, o.key == null ? target : `${target}#${o.key}`, o.estimate,
+      { convert: reservation, local: localReservation, wait: waitMs(o) });
   }
 
   /**

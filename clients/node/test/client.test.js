@@ -145,3 +145,15 @@ test("error replies are told from failures, as ioredis and node-redis throw them
   }
   assert.strictEqual(pkg.isTransient(new Error("connect ECONNREFUSED 127.0.0.1:1")), true);
 });
+
+test("a key or path named WAIT is not taken for the WAIT argument", async (t) => {
+  const s = await startSluice(t);
+  if (!s) return;
+  const c = new pkg.Client({ port: s.resp, timeout: 2000, failure: "closed" });
+  t.after(() => c.close());
+  s.cli("RL.BUDGET", "SET", "nodewait", "RATE", 10, "PER", "minute", "SCOPE", "user");
+  const d = await c.acquireBudget("nodewait", { key: "WAIT" });
+  assert.deepStrictEqual([d.allowed, d.source, d.limitedBy], [true, "server", "nodewait#WAIT"]);
+  const r = await c.reserve("WAIT", { rate: 10, estimate: 1 });
+  assert.deepStrictEqual([r.allowed, r.source], [true, "server"]);
+});
