@@ -79,11 +79,12 @@ test("CONCURRENCY 2 refuses a third in flight and admits after a release", async
 });
 
 test("WAIT for a slot beyond the deadline", async (t) => {
-  const [, c] = await setup(t, { timeout: 500 });
+  const [, c] = await setup(t, { timeout: 1000 });
   if (!c) return;
   const g = uniq("gpu");
-  assert.ok((await c.reserve(g, { concurrency: 1, estimate: 1, ttl: 1000 })).allowed); // expires in 1 s
-  const r = await c.reserve(g, { concurrency: 1, estimate: 1, wait: 30000 }); // the deadline grows by the wait
+  const first = await c.reserve(g, { concurrency: 1, estimate: 1, ttl: 2500 }); // expires in 2.5 s
+  assert.deepStrictEqual([first.allowed, first.source], [true, "server"]);
+  const r = await c.reserve(g, { concurrency: 1, estimate: 1, wait: 30000 }); // waits past the 1 s deadline, which grows by the wait
   assert.deepStrictEqual([r.allowed, r.source], [true, "server"]);
   assert.ok(r.id);
   await c.release(r);

@@ -94,10 +94,11 @@ def test_concurrency_limit(server):
 
 
 def test_wait_for_a_slot_beyond_the_deadline(server):
-    c = client(server, timeout=0.5)
+    c = client(server, timeout=1.0)
     g = uniq("gpu")
-    assert c.reserve(g, 1, concurrency=1, ttl=1).allowed  # expires in 1 s, settled at its estimate
-    r = c.reserve(g, 1, concurrency=1, wait=30)  # the deadline grows by the wait
+    first = c.reserve(g, 1, concurrency=1, ttl=2.5)  # expires in 2.5 s, settled at its estimate
+    assert (first.allowed, first.source) == (True, "server")
+    r = c.reserve(g, 1, concurrency=1, wait=30)  # waits past the 1 s deadline, which grows by the wait
     assert (r.allowed, r.source) == (True, "server") and r.id
     c.release(r)
 
