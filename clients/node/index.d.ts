@@ -51,6 +51,42 @@ export interface InlineLimit {
 
 export interface CallOptions { cost?: number; wait?: number; dryrun?: boolean }
 
+/**
+ * RL.RESERVE's answer: the decision and the id to settle, release or renew it
+ * with. id is null when nothing is held on the server: refused, let through over
+ * a degrade limit (degraded), or decided by the failure policy (source
+ * "fail_open", "fail_closed" or "fallback"); settle, release and renew then send nothing.
+ */
+export interface Reservation extends Decision { id: string | null }
+
+/** Budget form: target is a path and key its subject. Inline form: rate, quota and/or concurrency limit target itself. */
+export interface ReserveOptions {
+  /** The tokens the work may take at most (COST). */
+  estimate: number;
+  key?: string;
+  rate?: number;
+  per?: string | number;
+  burst?: number;
+  algo?: InlineLimit["algo"];
+  /** A calendar quota of this many tokens per quotaPer (default month) in quotaTz (default UTC). */
+  quota?: number;
+  quotaPer?: "hour" | "day" | "week" | "month" | "year";
+  quotaTz?: string;
+  /** At most this many reservations of the key in flight. */
+  concurrency?: number;
+  /** ms until the reservation is settled at its estimate (the server's default: 60000). */
+  ttl?: number;
+  /** ms the server may hold the call for a slot or tokens; the deadline grows by it. */
+  wait?: number;
+}
+
+/** What withReservation's function gets: the reservation and the calls that end it. */
+export interface HeldReservation extends Reservation {
+  settle(actual: number): Promise<Decision | null>;
+  release(): Promise<boolean>;
+  renew(ttl: number): Promise<boolean>;
+}
+
 export class Client {
   constructor(opts?: ClientOptions);
   readonly breaker: { readonly state: "closed" | "open" | "half_open" };
@@ -62,10 +98,22 @@ export class Client {
   refundBudget(path: string, cost: number, opts?: { key?: string }): Promise<Decision>;
   /** CL.THROTTLE; period in whole seconds; the decision in ms, limit = maxBurst + 1. */
   throttle(key: string, maxBurst: number, count: number, period: number, quantity?: number): Promise<Decision>;
+  /** RL.RESERVE, under the deadline, breaker and failure policy; refusals are not cached. */
+  reserve(target: string, opts: ReserveOptions): Promise<Reservation>;
+  /** RL.SETTLE: the levels afterwards; null (nothing sent) without an id. Rejects with NoReservation or Unavailable. */
+  settle(reservation: Reservation | string | null, actual: number): Promise<Decision | null>;
+  /** RL.RELEASE: whether it was open; false (nothing sent) without an id. Rejects with Unavailable. */
+  release(reservation: Reservation | string | null): Promise<boolean>;
+  /** RL.RENEW with ttl ms: whether it was open; false (nothing sent) without an id. Rejects with Unavailable. */
+  renew(reservation: Reservation | string | null, ttl: number): Promise<boolean>;
+  /** reserve, then fn; releases what fn did not settle or release, also when it throws. */
+  withReservation<T>(target: string, opts: ReserveOptions, fn: (r: HeldReservation) => Promise<T> | T): Promise<T>;
   close(): Promise<void>;
 }
 
 export class SluiceError extends Error { reply: string; code: string }
+/** NORESERVATION: settle of a reservation that is not open (unknown, settled, released or expired). */
+export class NoReservation extends SluiceError {}
 export class Unavailable extends Error {}
 export class CircuitOpen extends Unavailable {}
 export class DeadlineExceeded extends Error {}

@@ -17,7 +17,12 @@ class SluiceError extends Error {
     this.code = reply.split(" ", 1)[0];
   }
 }
-/** sluice could not be asked; thrown only by calls without a failure policy (refund). */
+/** sluice's NORESERVATION reply to settle: the reservation is not open (unknown, settled, released or expired). */
+class NoReservation extends SluiceError {
+  constructor(reply) { super(reply); this.name = "NoReservation"; }
+}
+const replyError = (msg) => (msg.startsWith("NORESERVATION") ? new NoReservation(msg) : new SluiceError(msg));
+/** sluice could not be asked; thrown only by calls without a failure policy (refund, settle, release, renew). */
 class Unavailable extends Error {
   constructor(message, cause) { super(message, cause ? { cause } : undefined); this.name = "Unavailable"; }
 }
@@ -29,7 +34,9 @@ class DeadlineExceeded extends Error {
   constructor(ms) { super(`no reply within ${ms} ms`); this.name = "DeadlineExceeded"; }
 }
 
-const isReplyError = (e) => /Reply|SimpleError/.test((e && (e.name || (e.constructor && e.constructor.name))) || "");
+// ioredis names its error ReplyError; node-redis leaves the name "Error" on
+// its SimpleError (an ErrorReply): look at the name and the class.
+const isReplyError = (e) => !!e && [e.name, e.constructor && e.constructor.name].some((n) => /Reply|SimpleError/.test(n || ""));
 /** Whether err means sluice could not decide (the failure policy applies) rather than that it refused. */
 function isTransient(e) {
   if (!isReplyError(e)) return true;
@@ -42,6 +49,25 @@ const decision = (r) => {
   return { allowed: a !== 0, remaining: Number(r[1]), limit: Number(r[2]), retryAfter: Number(r[3]),
     resetAfter: Number(r[4]), limitedBy: String(r[5]), source: "server", degraded: a === 2 };
 };
+
+const reservation = (r) => {
+  if (!Array.isArray(r) || r.length !== 7) throw new SluiceError(`ERR unexpected reply ${JSON.stringify(r)}`);
+  return { ...decision(r.slice(0, 6)), id: String(r[6]) || null };
+};
+/** A failure policy's decision as a reservation: nothing is held, so no id. */
+const localReservation = (d) => ({ ...d, id: null });
+const flag = (r) => Number(r) === 1;
+/** The id of a reservation, or an id as given; null when there is none. */
+function idOf(r) {
+  if (r == null) return null;
+  if (typeof r === "string") return r || null;
+  if (typeof r === "object" && "id" in r) return r.id || null;
+  throw new TypeError(`expected a reservation or a reservation id, not ${r}`);
+}
+function ttlArg(ttl) {
+  if (!(ttl > 0)) throw new RangeError(`ttl must be above 0 ms, not ${ttl}`);
+  return Math.ceil(ttl);
+}
 
 class Breaker {
   constructor(failures, cooldown, clock) {
@@ -127,9 +153,11 @@ function inlineArgs(cmd, key, o) {
   return args;
 }
 
+const waitMs = (o) => (o.wait == null ? 0 : Math.max(0, Math.ceil(o.wait)));
+
 function tail(args, o) {
   if (o.cost != null) args.push("COST", o.cost);
-  if (o.wait != null) args.push("WAIT", Math.max(0, Math.ceil(o.wait)));
+  if (o.wait != null) args.push("WAIT", waitMs(o));
   if (o.dryrun) args.push("DRYRUN");
   return args;
 }
@@ -216,19 +244,20 @@ class Client {
     }
   }
 
-  async decide(args, cacheKey, key, cost, convert = decision) {
+  /** One call under the failure policy; wait (ms) is the WAIT it sends, by which its deadline grows. */
+  async decide(args, cacheKey, key, cost, { convert = decision, local = (d) => d, wait = 0 } = {}) {
     if (cacheKey != null) {
       const d = this.denials.get(cacheKey, cost);
       if (d) return d;
     }
-    if (!this.breaker.allow()) return this.policy(key, cost, new CircuitOpen());
+    if (!this.breaker.allow()) return local(this.policy(key, cost, new CircuitOpen()));
     let reply;
     try {
-      reply = await this.call(args, args.includes("WAIT") ? Number(args[args.indexOf("WAIT") + 1]) : 0);
+      reply = await this.call(args, wait);
     } catch (e) {
-      if (isTransient(e)) { this.breaker.failure(); return this.policy(key, cost, e); }
+      if (isTransient(e)) { this.breaker.failure(); return local(this.policy(key, cost, e)); }
       this.breaker.success();
-      throw new SluiceError(String(e.message));
+      throw replyError(String(e.message));
     }
     this.breaker.success();
     const d = convert(reply);
@@ -236,7 +265,7 @@ class Client {
     return d;
   }
 
-  async strict(args) {
+  async strict(args, convert = decision) {
     if (!this.breaker.allow()) throw new CircuitOpen();
     let reply;
     try {
@@ -244,10 +273,10 @@ class Client {
     } catch (e) {
       if (isTransient(e)) { this.breaker.failure(); throw new Unavailable(String(e.message), e); }
       this.breaker.success();
-      throw new SluiceError(String(e.message));
+      throw replyError(String(e.message));
     }
     this.breaker.success();
-    return decision(reply);
+    return convert(reply);
   }
 
   /** RL.ACQUIRE key RATE n [PER per] [BURST b] [ALGO a] [COST c] [WAIT ms] [DRYRUN]. */
@@ -255,7 +284,7 @@ class Client {
     const f = this.fast();
     if (f) return f;
     const cacheKey = o.wait == null && !o.dryrun ? ["inline", key, o.rate, o.per, o.burst, o.algo].join("\u0000") : null;
-    return this.decide(tail(inlineArgs("RL.ACQUIRE", key, o), o), cacheKey, key, o.cost ?? 1);
+    return this.decide(tail(inlineArgs("RL.ACQUIRE", key, o), o), cacheKey, key, o.cost ?? 1, { wait: waitMs(o) });
   }
 
   /** RL.ACQUIRE path [KEY key] [COST c] [WAIT ms] [DRYRUN]: the budget tree's limit. */
@@ -266,7 +295,7 @@ class Client {
     const args = ["RL.ACQUIRE", path];
     if (o.key != null) args.push("KEY", o.key);
     const cacheKey = o.wait == null && !o.dryrun ? ["budget", target].join("\u0000") : null;
-    return this.decide(tail(args, o), cacheKey, target, o.cost ?? 1);
+    return this.decide(tail(args, o), cacheKey, target, o.cost ?? 1, { wait: waitMs(o) });
   }
 
   /** RL.PEEK with an inline limit: nothing consumed. */
@@ -301,7 +330,80 @@ class Client {
         resetAfter: resetS * 1000, limitedBy: key, source: "server", degraded: false };
     };
     return this.decide(["CL.THROTTLE", key, maxBurst, count, period, quantity],
-      ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, conv);
+      ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, { convert: conv });
+  }
+
+  /**
+   * RL.RESERVE: admits opts.estimate tokens and holds them until settle, release
+   * or the TTL (ttl ms; the server's default is 60 s). Budget form: target is a
+   * path, key its subject. Inline form: target is a key limited by rate (per,
+   * burst, algo), quota (quotaPer, quotaTz) and/or concurrency. The failure
+   * policy decides when sluice cannot; its reservations hold nothing (id null).
+   * Refusals are not cached: a release frees a concurrency slot at any moment.
+   */
+  reserve(target, o = {}) {
+    if (o.estimate == null) throw new TypeError("estimate is required: the tokens the work may take at most");
+    if (o.quota == null && (o.quotaPer != null || o.quotaTz != null)) throw new TypeError("quotaPer and quotaTz belong to quota");
+    const args = ["RL.RESERVE", target];
+    if (o.rate != null) args.push("RATE", o.rate);
+    if (o.per != null) args.push("PER", perArg(o.per));
+    if (o.burst != null) args.push("BURST", o.burst);
+    if (o.algo != null) args.push("ALGO", o.algo);
+    if (o.quota != null) args.push("QUOTA", o.quota);
+    if (o.quotaPer != null) args.push("PER", o.quotaPer);
+    if (o.quotaTz != null) args.push("TZ", o.quotaTz);
+    if (o.concurrency != null) args.push("CONCURRENCY", o.concurrency);
+    if (o.key != null) args.push("KEY", o.key);
+    args.push("COST", o.estimate);
+    if (o.ttl != null) args.push("TTL", ttlArg(o.ttl));
+    if (o.wait != null) args.push("WAIT", waitMs(o));
+    return this.decide(args, null, o.key == null ? target : `${target}#${o.key}`, o.estimate,
+      { convert: reservation, local: localReservation, wait: waitMs(o) });
+  }
+
+  /**
+   * RL.SETTLE id ACTUAL actual: charges the real cost (the difference from the
+   * estimate goes back or is charged, never refused); resolves to the levels
+   * afterwards, or null without sending anything for a reservation without an
+   * id. Rejects with NoReservation when it is not open, Unavailable when sluice
+   * cannot be asked.
+   */
+  async settle(r, actual) {
+    const id = idOf(r);
+    return id == null ? null : this.strict(["RL.SETTLE", id, "ACTUAL", actual]);
+  }
+
+  /** RL.RELEASE id: the work did not happen; whether it was open (false, nothing sent, without an id). */
+  async release(r) {
+    const id = idOf(r);
+    return id == null ? false : this.strict(["RL.RELEASE", id], flag);
+  }
+
+  /** RL.RENEW id TTL ms: it now expires ttl ms from now; whether it was open (false, nothing sent, without an id). */
+  async renew(r, ttl) {
+    const ms = ttlArg(ttl);
+    const id = idOf(r);
+    return id == null ? false : this.strict(["RL.RENEW", id, "TTL", ms], flag);
+  }
+
+  /**
+   * reserve(target, opts), then fn(r) with the reservation and its settle(actual),
+   * release() and renew(ttl); resolves to what fn resolves to. A reservation fn
+   * neither settled nor released, because it threw or not, is released; if
+   * sluice cannot be asked then, it expires after its TTL at its estimate.
+   */
+  async withReservation(target, opts, fn) {
+    const res = await this.reserve(target, opts);
+    let ended = false;
+    const r = { ...res,
+      settle: async (actual) => { const d = await this.settle(res, actual); ended = true; return d; },
+      release: async () => { const ok = await this.release(res); ended = true; return ok; },
+      renew: (ttl) => this.renew(res, ttl) };
+    try {
+      return await fn(r);
+    } finally {
+      if (!ended) await this.release(res).catch((e) => { if (!(e instanceof Unavailable)) throw e; });
+    }
   }
 
   /** Closes the client it made (not one passed in). */
@@ -359,6 +461,6 @@ function express(opts) {
 }
 
 module.exports = {
-  Client, SluiceError, Unavailable, CircuitOpen, DeadlineExceeded, isTransient, express,
+  Client, SluiceError, NoReservation, Unavailable, CircuitOpen, DeadlineExceeded, isTransient, express,
   headers, cooperativeFetch: cooperative.cooperativeFetch, Pacer: cooperative.Pacer, RateLimited: cooperative.RateLimited,
 };

@@ -133,3 +133,27 @@ test("middleware: headers, 429, 503", async (t) => {
   r = await fetch(base + "/closed");
   assert.strictEqual(r.status, 503);
 });
+
+test("error replies are told from failures, as ioredis and node-redis throw them", () => {
+  class ReplyError extends Error { constructor(m) { super(m); this.name = "ReplyError"; } } // ioredis
+  class ErrorReply extends Error {} // node-redis: the name stays "Error"
+  class SimpleError extends ErrorReply {}
+  for (const E of [ReplyError, SimpleError]) {
+    assert.strictEqual(pkg.isTransient(new E("NOBUDGET no budget node on path 'x'")), false, E.name);
+    assert.strictEqual(pkg.isTransient(new E("NORESERVATION no open reservation 'x'")), false, E.name);
+    assert.strictEqual(pkg.isTransient(new E("TRYAGAIN no leader")), true, E.name);
+  }
+  assert.strictEqual(pkg.isTransient(new Error("connect ECONNREFUSED 127.0.0.1:1")), true);
+});
+
+test("a key or path named WAIT is not taken for the WAIT argument", async (t) => {
+  const s = await startSluice(t);
+  if (!s) return;
+  const c = new pkg.Client({ port: s.resp, timeout: 2000, failure: "closed" });
+  t.after(() => c.close());
+  s.cli("RL.BUDGET", "SET", "nodewait", "RATE", 10, "PER", "minute", "SCOPE", "user");
+  const d = await c.acquireBudget("nodewait", { key: "WAIT" });
+  assert.deepStrictEqual([d.allowed, d.source, d.limitedBy], [true, "server", "nodewait#WAIT"]);
+  const r = await c.reserve("WAIT", { rate: 10, estimate: 1 });
+  assert.deepStrictEqual([r.allowed, r.source], [true, "server"]);
+});

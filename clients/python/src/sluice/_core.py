@@ -21,7 +21,7 @@ SOURCES = ("server", "cache", "fallback", "fail_open", "fail_closed")
 
 # Error codes sluice sends besides ERR; redis-py strips "ERR " from the
 # others, which reply_line puts back.
-CODES = ("NOBUDGET", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "NOAUTH", "NOPERM", "WRONGPASS", "NOPROTO",
+CODES = ("NOBUDGET", "NORESERVATION", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "NOAUTH", "NOPERM", "WRONGPASS", "NOPROTO",
          "DENIED", "NOSUCH", "NOLOOP", "EXECABORT", "READONLY", "NOSCRIPT", "WRONGTYPE", "MOVED", "ASK")
 
 
@@ -45,10 +45,21 @@ class SluiceError(Exception):
         self.code = reply.split(" ", 1)[0] if reply else ""
 
 
+class NoReservation(SluiceError):
+    """sluice's NORESERVATION reply to settle: the reservation is not open
+    (unknown, already settled, released or expired, or issued by a node that
+    is not a member of the cluster)."""
+
+
+def error_reply(reply: str) -> SluiceError:
+    """The exception for an error reply line."""
+    return NoReservation(reply) if reply.startswith("NORESERVATION") else SluiceError(reply)
+
+
 class Unavailable(Exception):
     """sluice could not be asked (connection, deadline, LOADING, TRYAGAIN,
     CLUSTERDOWN, or the circuit breaker is open); raised only by calls that
-    have no failure policy (refund, reset)."""
+    have no failure policy (refund, settle, release, renew)."""
 
 
 class CircuitOpen(Unavailable):
@@ -78,6 +89,18 @@ class Decision:
 
     def __bool__(self) -> bool:
         return self.allowed
+
+
+@dataclass(frozen=True)
+class Reservation(Decision):
+    """RL.RESERVE's answer: the decision, and ``id``, the reservation to settle,
+    release or renew. ``id`` is None when nothing is held on the server: the
+    reservation was refused, let through over a ``degrade`` limit
+    (``degraded``), or decided by the failure policy (``source`` is
+    ``fail_open``, ``fail_closed`` or ``fallback``). Settling, releasing or
+    renewing a reservation without an id sends nothing."""
+
+    id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,43 @@ def decision(reply: Any) -> Decision:
     a, rem, lim, retry, reset, by = reply
     return Decision(allowed=int(a) != 0, remaining=int(rem), limit=int(lim), retry_after=int(retry),
                     reset_after=int(reset), limited_by=text(by), degraded=int(a) == 2)
+
+
+def reservation(reply: Any) -> Reservation:
+    if not isinstance(reply, (list, tuple)) or len(reply) != 7:
+        raise SluiceError(f"ERR unexpected reply {reply!r}")
+    d = decision(reply[:6])
+    return Reservation(d.allowed, d.remaining, d.limit, d.retry_after, d.reset_after, d.limited_by,
+                       degraded=d.degraded, id=text(reply[6]) or None)
+
+
+def local_reservation(d: Decision) -> Reservation:
+    """A failure policy's decision as a reservation that holds nothing."""
+    return Reservation(d.allowed, d.remaining, d.limit, d.retry_after, d.reset_after, d.limited_by,
+                       d.source, d.degraded, d.error)
+
+
+def flag(reply: Any) -> bool:
+    """RL.RELEASE's and RL.RENEW's :1 or :0."""
+    return int(reply) == 1
+
+
+def milliseconds(v: Any, name: str) -> int:
+    """A positive duration in seconds (or a timedelta) as whole milliseconds,
+    rounded up."""
+    s = seconds(v, name)
+    if s <= 0:
+        raise ValueError(f"{name} must be above 0 seconds, got {v!r}")
+    return math.ceil(s * 1000)
+
+
+def reservation_id(r: Any) -> Optional[str]:
+    """The id of a Reservation, or an id as given; None when there is none."""
+    if isinstance(r, Reservation):
+        return r.id
+    if r is None or isinstance(r, (str, bytes, bytearray)):
+        return text(r) if r else None
+    raise TypeError(f"expected a Reservation or a reservation id, not {r!r}")
 
 
 def throttle_decision(key: str, reply: Any) -> Decision:
@@ -328,7 +388,7 @@ class Policy:
             if d is not None:
                 return d
         if not self.breaker.allow():
-            return self.decide(c.key, c.cost, CircuitOpen("circuit breaker open"))
+            return c.local(self.decide(c.key, c.cost, CircuitOpen("circuit breaker open")))
         return None
 
     def failed(self, c: "Call", e: BaseException) -> Decision:
@@ -336,10 +396,10 @@ class Policy:
         (SluiceError for an error reply)."""
         if is_transient(e):
             self.breaker.failure()
-            return self.decide(c.key, c.cost, e)
+            return c.local(self.decide(c.key, c.cost, e))
         self.breaker.success()
         if isinstance(e, redis.exceptions.ResponseError):
-            raise SluiceError(reply_line(e)) from None
+            raise error_reply(reply_line(e)) from None
         raise e
 
     def answered(self, c: "Call", reply: Any) -> Decision:
@@ -360,18 +420,24 @@ class Policy:
             raise Unavailable(str(e)) from e
         self.breaker.success()
         if isinstance(e, redis.exceptions.ResponseError):
-            raise SluiceError(reply_line(e)) from None
+            raise error_reply(reply_line(e)) from None
         raise e
+
+
+def same(d: Decision) -> Decision:
+    return d
 
 
 class Call:
     """One limiting call: the command, the cache key (None: not cached), the
-    fallback key and cost, and how to read the reply."""
+    fallback key and cost, how to read the reply, and how to turn the
+    failure policy's decision into the call's answer."""
 
-    __slots__ = ("args", "cache_key", "key", "cost", "convert")
+    __slots__ = ("args", "cache_key", "key", "cost", "convert", "local")
 
-    def __init__(self, args, cache_key, key, cost, convert=decision):
+    def __init__(self, args, cache_key, key, cost, convert=decision, local=same):
         self.args, self.cache_key, self.key, self.cost, self.convert = args, cache_key, key, cost, convert
+        self.local = local
 
 
 def acquire_call(cmd: str, key: str, rate, per, burst, algo, cost, wait, dryrun, cacheable: bool) -> Call:
@@ -401,6 +467,35 @@ def budget_call(cmd: str, path: str, key, cost, wait, dryrun, cacheable: bool) -
     target = path if key is None else f"{path}#{key}"
     ck = ("budget", target) if cacheable and wait is None and not dryrun else None
     return Call(args, ck, target, 1 if cost is None else int(cost))
+
+
+def reserve_call(target: str, estimate: int, key, rate, per, burst, algo, quota, quota_per, quota_tz,
+                 concurrency, ttl, wait) -> Call:
+    """RL.RESERVE target [RATE … | QUOTA … | CONCURRENCY n | KEY subject]
+    COST estimate [TTL ms] [WAIT ms]; the server says what does not go
+    together."""
+    args: list = ["RL.RESERVE", target]
+    for word, v in (("RATE", rate), ("PER", None if per is None else per_arg(per)), ("BURST", burst),
+                    ("ALGO", algo), ("QUOTA", quota)):
+        if v is not None:
+            args += [word, v]
+    if quota is None and (quota_per is not None or quota_tz is not None):
+        raise TypeError("quota_per and quota_tz belong to quota")
+    if quota_per is not None:
+        args += ["PER", quota_per]
+    if quota_tz is not None:
+        args += ["TZ", quota_tz]
+    if concurrency is not None:
+        args += ["CONCURRENCY", concurrency]
+    if key is not None:
+        args += ["KEY", key]
+    args += ["COST", estimate]
+    if ttl is not None:
+        args += ["TTL", milliseconds(ttl, "ttl")]
+    if wait is not None:
+        args += ["WAIT", max(0, math.ceil(seconds(wait, "wait") * 1000))]
+    return Call(args, None, target if key is None else f"{target}#{key}", int(estimate), reservation,
+                local_reservation)
 
 
 def monotonic() -> float:
@@ -477,5 +572,101 @@ class Calls:
                  lambda r: throttle_decision(key, r))
         return self._decide(c, None)
 
+    def reserve(self, target: str, estimate: int, *, key: Optional[str] = None, rate: Optional[int] = None,
+                per: Any = None, burst: Optional[int] = None, algo: Optional[str] = None,
+                quota: Optional[int] = None, quota_per: Optional[str] = None, quota_tz: Optional[str] = None,
+                concurrency: Optional[int] = None, ttl: Any = None, wait: Any = None) -> Reservation:
+        """RL.RESERVE: admits ``estimate`` tokens and holds them until
+        :meth:`settle`, :meth:`release` or the TTL (``ttl`` seconds; the
+        server's default is 60). Budget form: ``target`` is a path, ``key``
+        its subject. Inline form: ``target`` is a key limited by ``rate``
+        (with ``per``, ``burst``, ``algo`` as in :meth:`acquire`), ``quota``
+        (per ``quota_per``, in ``quota_tz``) and/or ``concurrency``
+        (reservations in flight). The failure policy decides when sluice
+        cannot; its reservations hold nothing and have no id. Refusals are
+        not cached: a release can free a concurrency slot at any moment."""
+        return self._decide(reserve_call(target, estimate, key, rate, per, burst, algo, quota, quota_per,
+                                         quota_tz, concurrency, ttl, wait), wait)
+
+    def settle(self, reservation: Union[Reservation, str, None], actual: int) -> Optional[Decision]:
+        """RL.SETTLE id ACTUAL actual: charges the real cost, giving back or
+        charging the difference from the estimate (never refused); the
+        decision describes the levels afterwards. A reservation without an
+        id sends nothing and gets None. Raises :class:`NoReservation` when
+        the reservation is not open, :class:`Unavailable` when sluice cannot
+        be asked."""
+        rid = reservation_id(reservation)
+        if rid is None:
+            return self._done(None)
+        return self._strict(Call(["RL.SETTLE", rid, "ACTUAL", actual], None, rid, 0))
+
+    def release(self, reservation: Union[Reservation, str, None]) -> bool:
+        """RL.RELEASE id: the work did not happen, the whole estimate goes
+        back. Whether the reservation was open (False, and nothing sent,
+        without an id). Raises :class:`Unavailable` when sluice cannot be
+        asked."""
+        rid = reservation_id(reservation)
+        if rid is None:
+            return self._done(False)
+        return self._strict(Call(["RL.RELEASE", rid], None, rid, 0, flag))
+
+    def renew(self, reservation: Union[Reservation, str, None], ttl: Any) -> bool:
+        """RL.RENEW id TTL ms: the reservation now expires ``ttl`` seconds
+        from now. Whether it was open (False, and nothing sent, without an
+        id). Raises :class:`Unavailable` when sluice cannot be asked."""
+        ms = milliseconds(ttl, "ttl")
+        rid = reservation_id(reservation)
+        if rid is None:
+            return self._done(False)
+        return self._strict(Call(["RL.RENEW", rid, "TTL", ms], None, rid, 0, flag))
+
     # -- machinery ------------------------------------------------------
 
+
+
+class Held:
+    """What ``with client.reservation(...)`` yields: the :class:`Reservation`
+    (``reservation``; its fields read through, ``r.allowed``, ``r.id`` …) and
+    the calls that end it. ``ended`` is whether it was settled or released."""
+
+    def __init__(self, client: Any, r: Reservation):
+        self.client, self.reservation, self.ended = client, r, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.reservation, name)
+
+    def __bool__(self) -> bool:
+        return self.reservation.allowed
+
+    def __repr__(self) -> str:
+        return f"Held({self.reservation!r}, ended={self.ended})"
+
+    def settle(self, actual: int) -> Optional[Decision]:
+        d = self.client.settle(self.reservation, actual)
+        self.ended = True
+        return d
+
+    def release(self) -> bool:
+        ok = self.client.release(self.reservation)
+        self.ended = True
+        return ok
+
+    def renew(self, ttl: Any) -> bool:
+        return self.client.renew(self.reservation, ttl)
+
+
+class AsyncHeld(Held):
+    """:class:`Held` for ``async with``: its calls are coroutines."""
+
+    async def settle(self, actual: int) -> Optional[Decision]:  # type: ignore[override]
+        d = await self.client.settle(self.reservation, actual)
+        self.ended = True
+        return d
+
+    async def release(self) -> bool:  # type: ignore[override]
+        ok = await self.client.release(self.reservation)
+        self.ended = True
+        return ok
+
+    async def renew(self, ttl: Any) -> bool:  # type: ignore[override]
+        return await self.client.renew(self.reservation, ttl)

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 import redis.asyncio
 import redis.exceptions
 
-from ._core import Call, Calls, Decision, Failure, Policy, monotonic, seconds
+from ._core import AsyncHeld, Call, Calls, Decision, Failure, Policy, Unavailable, monotonic, seconds
 
 
 class AsyncClient(Calls):
@@ -41,10 +42,24 @@ class AsyncClient(Calls):
             return self.policy.failed(c, e)
         return self.policy.answered(c, reply)
 
-    async def _done(self, d: Decision) -> Decision:
+    async def _done(self, d: Any) -> Any:
         return d
 
-    async def _strict(self, c: Call) -> Decision:
+    @contextlib.asynccontextmanager
+    async def reservation(self, target: str, estimate: int, **kw: Any) -> AsyncIterator[AsyncHeld]:
+        """:meth:`sluice.Client.reservation` for ``async with``; ``await
+        r.settle(actual)``."""
+        h = AsyncHeld(self, await self.reserve(target, estimate, **kw))
+        try:
+            yield h
+        finally:
+            if not h.ended:
+                try:
+                    await self.release(h.reservation)
+                except Unavailable:
+                    pass
+
+    async def _strict(self, c: Call) -> Any:
         self.policy.strict_before()
         try:
             reply = await self._call(c.args, self.timeout)

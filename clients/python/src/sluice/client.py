@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import redis
 import redis.exceptions
 
-from ._core import Call, Calls, Decision, Failure, Policy, monotonic, seconds
+from ._core import Call, Calls, Decision, Failure, Held, Policy, Unavailable, monotonic, seconds
 
 
 class Client(Calls):
@@ -50,7 +51,24 @@ class Client(Calls):
             return self.policy.failed(c, e)
         return self.policy.answered(c, reply)
 
-    def _strict(self, c: Call) -> Decision:
+    @contextlib.contextmanager
+    def reservation(self, target: str, estimate: int, **kw: Any) -> Iterator[Held]:
+        """:meth:`reserve` (same arguments) for a ``with`` block, which gets a
+        :class:`Held`: test it (``if not r:`` refused), run the work, then
+        ``r.settle(actual)``. A block left without settle or release, by an
+        exception or not, releases the reservation; if sluice cannot be
+        asked then, it expires after its TTL, charged at its estimate."""
+        h = Held(self, self.reserve(target, estimate, **kw))
+        try:
+            yield h
+        finally:
+            if not h.ended:
+                try:
+                    self.release(h.reservation)
+                except Unavailable:
+                    pass
+
+    def _strict(self, c: Call) -> Any:
         self.policy.strict_before()
         try:
             reply = self._call(c.args, self.timeout)
