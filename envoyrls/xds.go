@@ -112,7 +112,16 @@ type XDSClient struct {
 
 	mu    sync.Mutex
 	acked string // version_info of the last response put in force
+	// refused is the version and reason of the last response refused:
+	// the same again is answered after nackRepeatDelay and not reported.
+	refused string
 }
+
+// nackRepeatDelay paces the NACKs of a response sent again unchanged: a
+// management server that resends what was refused until it changes (as
+// go-control-plane's snapshot cache does) gets one NACK a second, not a
+// loop as fast as the network goes. A new version waits at most this long.
+const nackRepeatDelay = time.Second
 
 // NewXDSClient returns a client that calls onConfig with each response's
 // rules and version (err set, cfg nil, when they are refused: the caller
@@ -201,7 +210,15 @@ func (c *XDSClient) session(ctx context.Context) (received bool, err error) {
 			return received, err
 		}
 		received = true
-		if err := stream.Send(c.handle(resp)); err != nil {
+		req, repeated := c.handle(resp)
+		if repeated {
+			select {
+			case <-ctx.Done():
+				return received, ctx.Err()
+			case <-time.After(nackRepeatDelay):
+			}
+		}
+		if err := stream.Send(req); err != nil {
 			return received, recvErr(stream, err)
 		}
 	}
@@ -218,17 +235,27 @@ func recvErr(stream grpc.ClientStream, err error) error {
 
 // handle loads a response's rules and returns the request that answers
 // it: an ACK (its version), or a NACK (the version in force and the
-// reason).
-func (c *XDSClient) handle(resp *discoveryv3.DiscoveryResponse) *discoveryv3.DiscoveryRequest {
+// reason). repeated says the response is one refused just before, sent
+// again: it is not reported again, and its NACK waits nackRepeatDelay.
+func (c *XDSClient) handle(resp *discoveryv3.DiscoveryResponse) (req *discoveryv3.DiscoveryRequest, repeated bool) {
 	cfg, err := c.decode(resp)
-	c.onConfig(cfg, resp.GetVersionInfo(), err)
+	version := resp.GetVersionInfo()
 	if err != nil {
-		return c.request(c.AckedVersion(), resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()})
+		key := version + "\x00" + err.Error()
+		c.mu.Lock()
+		repeated, c.refused = c.refused == key, key
+		acked := c.acked
+		c.mu.Unlock()
+		if !repeated {
+			c.onConfig(nil, version, err)
+		}
+		return c.request(acked, resp.GetNonce(), &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}), repeated
 	}
+	c.onConfig(cfg, version, nil)
 	c.mu.Lock()
-	c.acked = resp.GetVersionInfo()
+	c.acked, c.refused = version, ""
 	c.mu.Unlock()
-	return c.request(resp.GetVersionInfo(), resp.GetNonce(), nil)
+	return c.request(version, resp.GetNonce(), nil), false
 }
 
 // decode reads a response's resources as RateLimitConfigs and loads them.

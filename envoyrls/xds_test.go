@@ -192,6 +192,18 @@ func TestXDSClientAckNack(t *testing.T) {
 	if c.AckedVersion() != "v1" {
 		t.Fatalf("acked version %q after a NACK", c.AckedVersion())
 	}
+	// v2 sent again unchanged (as a snapshot cache does after a NACK):
+	// NACKed again, not handed over again.
+	st.send <- response(t, "v2", "n2b", bad)
+	if r := nextReq(t, f); r.VersionInfo != "v1" || r.ResponseNonce != "n2b" || r.ErrorDetail == nil {
+		t.Fatalf("NACK of v2 sent again: %v", r)
+	}
+	got.mu.Lock()
+	handed := len(got.got)
+	got.mu.Unlock()
+	if handed != 2 {
+		t.Fatalf("%d configurations handed over, want 2 (v1, and v2 once)", handed)
+	}
 
 	// v3 holds a resource of another type: NACK.
 	other, _ := anypb.New(wrapperspb.String("not a config"))
