@@ -19,8 +19,9 @@ run: build
 # Helm chart's test module (deploy/charttest, which keeps Helm's and
 # Kubernetes' libraries out of the main module; it renders templates and
 # starts no goroutines of its own, so it runs without the race detector);
-# the client's timing bound without the race detector, which would slow
-# it. The robustness suite runs on its own: its faults outlast every
+# the client's timing bound and the Envoy handler's allocation count
+# without the race detector, which would slow the one and, dropping pooled
+# buffers at random, skew the other. The robustness suite runs on its own: its faults outlast every
 # timeout, and beside the other packages and two CPU hogs, starved nodes
 # stalled for five seconds and more, longer than --apply-timeout, with no
 # fault at all. The hostile-client suite runs on its own too (it measures
@@ -33,6 +34,7 @@ test: vet
 	cd client && $(GO) test -race -count=1 -timeout 10m ./...
 	cd deploy/charttest && $(GO) test -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
+	$(GO) test -count=1 -run '^TestShouldRateLimitAllocations$$' ./envoyrls
 	$(GO) test -count=1 -timeout 30m ./hostile
 
 # The console examples of README.md and docs/ run against the real binary
