@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-scaling bench-accuracy fuzz docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-peer bench-memory bench-scaling bench-accuracy fuzz docker clean
 
 all: build
 
@@ -81,6 +81,11 @@ bench-scaling:
 # node; ROUNDS, N and C tune it (docs/benchmarks.md).
 bench-envoy:
 	bash bench/envoy.sh
+
+# sluice run as envoyproxy/ratelimit beside envoyproxy/ratelimit with Redis:
+# PEER_SRC=/path/to/a/checkout/of/envoyproxy/ratelimit (docs/benchmarks.md).
+bench-peer:
+	bash bench/peer.sh
 
 # How closely 3 nodes hold a limit spread over them, every scenario for
 # ACCURACY_D each (default 10s); see docs/accuracy.md.
