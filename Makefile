@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-memory bench-scaling bench-accuracy fuzz image docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-peer bench-memory bench-scaling bench-accuracy fuzz image docker clean
 
 all: build
 
@@ -19,18 +19,19 @@ run: build
 # Helm chart's test module (deploy/charttest, which keeps Helm's and
 # Kubernetes' libraries out of the main module; it renders templates and
 # starts no goroutines of its own, so it runs without the race detector);
-# the client's timing bound without the race detector, which would slow
-# it. The robustness suite runs beside the other packages, at a higher
-# CPU priority where the user may raise it (root): its faults outlast
-# every timeout, but it spends most of its time waiting them out, and at
-# the same priority as everything else on 2 cores with two CPU hogs its
-# starved nodes stalled for five seconds and more, longer than
-# --apply-timeout, with no fault at all. The client and chart modules run
-# beside them too; the output of these three comes after the main
-# module's packages. The hostile-client suite and the client's timing
-# bound run last, on their own (they measure latencies, which other
-# tests would disturb). SLUICE_HOSTILE_FULL=1 runs the hostile suite at
-# full size.
+# the client's timing bound and the Envoy handler's allocation count
+# without the race detector, which would slow the one and, dropping pooled
+# buffers at random, skew the other. The robustness suite runs beside the
+# other packages, at a higher CPU priority where the user may raise it
+# (root): its faults outlast every timeout, but it spends most of its time
+# waiting them out, and at the same priority as everything else on 2
+# cores with two CPU hogs its starved nodes stalled for five seconds and
+# more, longer than --apply-timeout, with no fault at all. The client and
+# chart modules run beside them too; the output of these three comes
+# after the main module's packages. The hostile-client suite and the
+# client's timing bound run last, on their own (they measure latencies,
+# which other tests would disturb). SLUICE_HOSTILE_FULL=1 runs the
+# hostile suite at full size.
 ROBUST_NICE ?= -10
 test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
@@ -46,6 +47,7 @@ test: vet
 	for f in robust client charttest; do echo "== $$f"; cat $$logs/$$f; done; rm -rf $$logs; \
 	exit $$rc
 	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
+	$(GO) test -count=1 -run '^TestShouldRateLimitAllocations$$' ./envoyrls
 	$(GO) test -count=1 -timeout 30m ./hostile
 
 # The console examples of README.md and docs/ run against the real binary
@@ -92,6 +94,11 @@ bench-scaling:
 # node; ROUNDS, N and C tune it (docs/benchmarks.md).
 bench-envoy:
 	bash bench/envoy.sh
+
+# sluice run as envoyproxy/ratelimit beside envoyproxy/ratelimit with Redis:
+# PEER_SRC=/path/to/a/checkout/of/envoyproxy/ratelimit (docs/benchmarks.md).
+bench-peer:
+	bash bench/peer.sh
 
 # How closely 3 nodes hold a limit spread over them, every scenario for
 # ACCURACY_D each (default 10s); see docs/accuracy.md.

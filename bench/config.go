@@ -60,6 +60,11 @@ type Config struct {
 	// targets instead of RESP; Domain is the requests' domain.
 	GRPC   bool
 	Domain string
+	// Descriptors is how many descriptors a --grpc request carries, each
+	// (key, key:N) with its own N; NoOverride sends them without a limit
+	// override, for the server's rules to limit.
+	Descriptors int
+	NoOverride  bool
 }
 
 // usageText heads the --help output; the flags follow.
@@ -92,7 +97,7 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	*c = Config{
 		Targets: []string{"127.0.0.1:6380"}, Conns: 50, Pipeline: 1, Requests: 100000,
 		KeySpace: 100000, Dist: "uniform", ZipfS: 1.1, Rate: 100, Burst: 100,
-		Partners: 10, Tenants: 10, Seed: 1, Timeout: 10 * time.Second,
+		Partners: 10, Tenants: 10, Seed: 1, Timeout: 10 * time.Second, Descriptors: 1,
 	}
 	*raw = rawFlags{mix: "acquire=100", timeout: "10s"}
 	fs.Var(&targetList{list: &c.Targets}, "h", "target `host:port`; repeat or separate with commas to spread connections round-robin")
@@ -119,6 +124,8 @@ func newFlagSet(c *Config, raw *rawFlags) *flag.FlagSet {
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&c.GRPC, "grpc", false, "drive Envoy's rate limit service (ShouldRateLimit over gRPC) at -h, sluice's --grpc-addr: one descriptor (key, key:N) per request with a limit override of --rate per --per (it counts only if the server has rules for --domain, as in envoyproxy/ratelimit); -P calls in flight per connection; mix acquire only")
 	fs.StringVar(&c.Domain, "domain", "bench", "`domain` of the --grpc requests")
+	fs.Var(flagx.Int[int]{P: &c.Descriptors, Lo: 1, Hi: 64}, "descriptors", "`count` of descriptors in each --grpc request, each (key, key:N) with its own N")
+	fs.BoolVar(&c.NoOverride, "no-override", false, "send the --grpc descriptors without a limit override: the server's rules for (key, …) limit them")
 	return fs
 }
 

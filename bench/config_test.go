@@ -19,7 +19,7 @@ func TestParseArgsDefaults(t *testing.T) {
 		Targets: []string{"127.0.0.1:6380"}, Conns: 50, Pipeline: 1, Requests: 100000,
 		KeySpace: 100000, Dist: "uniform", ZipfS: 1.1, Mix: Mix{kindAcquire: 100},
 		Rate: 100, Burst: 100, Partners: 10, Tenants: 10, Seed: 1,
-		Timeout: 10 * time.Second, ThrottlePer: 1, Domain: "bench",
+		Timeout: 10 * time.Second, ThrottlePer: 1, Domain: "bench", Descriptors: 1,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
@@ -42,7 +42,7 @@ func TestParseArgsValues(t *testing.T) {
 		Conns: 8, Pipeline: 16, Duration: 5 * time.Second, KeySpace: 1000, Dist: "zipf", ZipfS: 1.5,
 		Mix: Mix{kindAcquire: 90, kindThrottle: 5, kindBudget: 5}, Rate: 10, Burst: 20, Per: "minute",
 		Algo: "gcra", Partners: 3, Tenants: 4, Seed: -7, RateLimit: 5000, Timeout: 2 * time.Second,
-		JSON: true, ThrottlePer: 60, Domain: "bench",
+		JSON: true, ThrottlePer: 60, Domain: "bench", Descriptors: 1,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("parsed:\n got %+v\nwant %+v", c, want)

@@ -88,11 +88,16 @@ func executeGRPC(ctx context.Context, c Config) (*Result, error) {
 // are over.
 func (w *worker) loopGRPC(ctx context.Context, r *runState, client rlsv3.RateLimitServiceClient, unit typev3.RateLimitUnit) {
 	c := &r.cfg
-	entry := &rlcommon.RateLimitDescriptor_Entry{Key: "key"}
-	req := &rlsv3.RateLimitRequest{Domain: c.Domain, Descriptors: []*rlcommon.RateLimitDescriptor{{
-		Entries: []*rlcommon.RateLimitDescriptor_Entry{entry},
-		Limit:   &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(min(c.Rate, 1<<32-1)), Unit: unit},
-	}}}
+	req := &rlsv3.RateLimitRequest{Domain: c.Domain}
+	entries := make([]*rlcommon.RateLimitDescriptor_Entry, c.Descriptors)
+	for i := range entries {
+		entries[i] = &rlcommon.RateLimitDescriptor_Entry{Key: "key"}
+		d := &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{entries[i]}}
+		if !c.NoOverride {
+			d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(min(c.Rate, 1<<32-1)), Unit: unit}
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
 	buf := make([]byte, 0, 32)
 	for ctx.Err() == nil {
 		if c.Requests > 0 && r.claimed.Add(1) > c.Requests {
@@ -102,8 +107,10 @@ func (w *worker) loopGRPC(ctx context.Context, r *runState, client rlsv3.RateLim
 		if c.Duration > 0 && !t0.Before(r.deadline) {
 			return
 		}
-		buf = strconv.AppendUint(append(buf[:0], "key:"...), w.keys.next(), 10)
-		entry.Value = string(buf)
+		for _, e := range entries {
+			buf = strconv.AppendUint(append(buf[:0], "key:"...), w.keys.next(), 10)
+			e.Value = string(buf)
+		}
 		cctx, cancel := context.WithTimeout(ctx, c.Timeout)
 		resp, err := client.ShouldRateLimit(cctx, req)
 		cancel()

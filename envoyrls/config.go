@@ -396,7 +396,34 @@ type configError struct {
 	msg  string
 }
 
-func (e *configError) Error() string { return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg) }
+func (e *configError) Error() string {
+	if e.line == 0 { // rules pushed over xDS: no file, no line
+		return fmt.Sprintf("%s: %s", e.file, e.msg)
+	}
+	return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg)
+}
+
+// located says which descriptor an error without a line (rules pushed
+// over xDS) is about: the composite key of the rule n below metric.
+func located(err error, metric string, n *yaml.Node) error {
+	ce, ok := err.(*configError)
+	if !ok || ce.line != 0 || n.Kind != yaml.MappingNode {
+		return err
+	}
+	var key, value string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch n.Content[i].Value {
+		case "key":
+			key = n.Content[i+1].Value
+		case "value":
+			value = n.Content[i+1].Value
+		}
+	}
+	if value != "" {
+		key += "_" + value
+	}
+	return &configError{ce.file, 0, fmt.Sprintf("descriptor '%s.%s': %s", metric, key, ce.msg)}
+}
 
 // add loads every YAML document of one file.
 func (c *Config) add(file string, data []byte) error {
@@ -520,7 +547,7 @@ func (c *Config) addRules(file, domain string, set ruleSet, list *yaml.Node, met
 	for _, n := range list.Content {
 		r, err := c.parseRule(file, n)
 		if err != nil {
-			return err
+			return located(err, metric, n)
 		}
 		composite := r.Key
 		if r.Value != "" {

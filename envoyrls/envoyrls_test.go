@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,16 +181,31 @@ func TestSegments(t *testing.T) {
 }
 
 // BenchmarkShouldRateLimit is the gRPC handler without the transport: one
-// descriptor matched by a rule, and a request of three descriptors.
+// descriptor matched by a rule, and requests of three and five, with
+// sluice's answers and with the drop-in's (envoyproxy/ratelimit's:
+// descriptors charged one by one).
 func BenchmarkShouldRateLimit(b *testing.B) {
+	benchShouldRateLimit(b, SluiceOptions(), 3)
+}
+
+func BenchmarkShouldRateLimitPeer(b *testing.B) {
+	benchShouldRateLimit(b, PeerOptions(), 5)
+}
+
+func benchShouldRateLimit(b *testing.B, o Options, many int) {
 	now := t0
 	s := newServer(b, strings.Replace(cfgYAML, "requests_per_unit: 2}", "requests_per_unit: 1000000000}", 1), &now)
+	s.SetOptions(o)
+	var ds []*rlcommon.RateLimitDescriptor
+	for i := 0; i < many; i++ {
+		ds = append(ds, desc("k", string(rune('a'+i))))
+	}
 	for _, bc := range []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
 	}{
-		{"descriptors=1", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}},
-		{"descriptors=3", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", "b"), desc("k", "c")}}},
+		{"descriptors=1", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds[:1]}},
+		{"descriptors=" + strconv.Itoa(many), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: ds}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -230,6 +246,46 @@ func BenchmarkShouldRateLimitGRPC(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if _, err := client.ShouldRateLimit(ctx, req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// The handler's allocations are the response's, which go to the
+// transport: one block for a request of one descriptor, two more for
+// several (the statuses and their pointers), whatever their number; the
+// decision allocates nothing. Sluice's answers add their header values.
+func TestShouldRateLimitAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops pooled buffers at random: allocations are counted without it")
+	}
+	now := t0
+	s := newServer(t, strings.Replace(cfgYAML, "requests_per_unit: 2}", "requests_per_unit: 1000000000}", 1), &now)
+	ctx := context.Background()
+	one := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}
+	five := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a"), desc("k", "b"),
+		desc("k", "c"), desc("k", "d"), desc("k", "e")}}
+	for _, c := range []struct {
+		name string
+		o    Options
+		req  *rlsv3.RateLimitRequest
+		max  float64
+	}{
+		{"drop-in, 1 descriptor", PeerOptions(), one, 1},
+		{"drop-in, 5 descriptors", PeerOptions(), five, 3},
+		{"sluice, 1 descriptor", SluiceOptions(), one, 5},
+		{"sluice, 5 descriptors", SluiceOptions(), five, 7},
+	} {
+		s.SetOptions(c.o)
+		if _, err := s.ShouldRateLimit(ctx, c.req); err != nil { // warm the pools
+			t.Fatal(err)
+		}
+		n := testing.AllocsPerRun(200, func() {
+			if _, err := s.ShouldRateLimit(ctx, c.req); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > c.max {
+			t.Errorf("%s: %.0f allocations per request, want at most %.0f", c.name, n, c.max)
 		}
 	}
 }

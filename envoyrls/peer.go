@@ -91,7 +91,12 @@ func (s *Server) chargeOne(p *part, w *work, peekOnly bool) error {
 		one.HasWait = true
 		if o, err = s.svc.Acquire(&one, &w.sc, nil); err == nil && o.Allowed == 0 {
 			p.before = limit - o.Result.Remaining
-			err = s.countRefused(p, w, o.Result.Remaining)
+			// Refused with the hits still there (in a cluster, a node's
+			// lease ran dry while its owner has tokens): not over its
+			// limit, so nothing is counted.
+			if o.Result.Remaining < hits {
+				err = s.countRefused(p, w, o.Result.Remaining)
+			}
 		} else {
 			p.before = limit - o.Result.Remaining - hits
 		}

@@ -623,8 +623,14 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 	if !admitted && !s.opts.GlobalShadowMode {
 		resp.OverallCode = codeOver
 	}
-	sts := make([]statusBlock, len(w.parts))
-	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
+	// One descriptor, the usual request, is in the response's block: one
+	// allocation in all. More take two more.
+	sts, ptrs := blk.one[:], blk.onePtr[:]
+	if len(w.parts) != 1 {
+		sts = make([]statusBlock, len(w.parts))
+		ptrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(w.parts))
+	}
+	resp.Statuses = ptrs
 	for i := range w.parts {
 		resp.Statuses[i] = s.status(req.Domain, w, &w.parts[i], &sts[i])
 	}
@@ -746,11 +752,13 @@ func (blk *respBlock) add(name, value string) {
 }
 
 // respBlock holds a response and its headers (at most six: ratehdr's
-// five and Retry-After).
+// five and Retry-After), and the status of a request of one descriptor.
 type respBlock struct {
-	resp rlsv3.RateLimitResponse
-	hv   [6]corev3.HeaderValue
-	hp   [6]*corev3.HeaderValue
+	resp   rlsv3.RateLimitResponse
+	hv     [6]corev3.HeaderValue
+	hp     [6]*corev3.HeaderValue
+	one    [1]statusBlock
+	onePtr [1]*rlsv3.RateLimitResponse_DescriptorStatus
 }
 
 // statusBlock holds one descriptor's status and what it points to.

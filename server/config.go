@@ -530,6 +530,14 @@ func (c *Config) Validate() error {
 	if c.EnvoyConfig != "" && c.GRPCAddr == "" {
 		bad("envoy-config", "is served on the gRPC listener: set --grpc-addr too")
 	}
+	if c.Ratelimit != nil && c.Ratelimit.XDS != nil {
+		if c.EnvoyConfig != "" {
+			bad("envoy-config", "cannot be used with CONFIG_TYPE=GRPC_XDS_SOTW: the rules come from the xDS server")
+		}
+		if c.GRPCAddr == "" {
+			bad("grpc-addr", "must be set with CONFIG_TYPE=GRPC_XDS_SOTW: the rules are served on the gRPC listener")
+		}
+	}
 	if c.DataDir == "" {
 		bad("data-dir", "must not be empty")
 	}

@@ -37,18 +37,21 @@ func (s *Server) listenGRPC() error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", s.cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr %s: %w", s.cfg.GRPCAddr, err)
-	}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.grpcAuth)}
 	if s.cfg.TLSCert != "" {
 		tc, err := s.tlsConfig()
 		if err != nil {
-			ln.Close()
 			return err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	// Held for the first xDS response, the port is bound then
+	// (openEnvoyPorts).
+	var ln net.Listener
+	if !s.holdsEnvoyPorts() {
+		if ln, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("--grpc-addr %s: %w", s.cfg.GRPCAddr, err)
+		}
 	}
 	g := grpc.NewServer(opts...)
 	rls := envoyrls.NewServer(s.env.Service, cfg, s.rlsStats, s.cfg.MaxKeyLen)
@@ -125,8 +128,11 @@ func (s *Server) rlsReady() bool {
 	return true
 }
 
-// GRPCAddr returns the bound gRPC address, or "" if gRPC is off.
+// GRPCAddr returns the bound gRPC address, or "" if gRPC is off (or not
+// bound yet: held for the first xDS response).
 func (s *Server) GRPCAddr() string {
+	s.envoyMu.Lock()
+	defer s.envoyMu.Unlock()
 	if s.grpcLn == nil {
 		return ""
 	}

@@ -115,6 +115,12 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	n.startReservations(&cfg)
 	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
 	go newLeaser(n, leaseClient).run()
+	s.fail = func(err error) {
+		select {
+		case n.failed <- err:
+		default:
+		}
+	}
 	s.Serve()
 	if cfg.Budgets != "" {
 		go n.seed(cfg.Budgets)

@@ -39,6 +39,21 @@ type RatelimitMode struct {
 	// PrometheusAddr and PrometheusPath (USE_PROMETHEUS, PROMETHEUS_ADDR,
 	// PROMETHEUS_PATH) serve the metrics there too; empty: not.
 	PrometheusAddr, PrometheusPath string
+	// XDS, when set (CONFIG_TYPE=GRPC_XDS_SOTW), is the management server
+	// the rules come from, instead of --envoy-config.
+	XDS *envoyrls.XDSSettings
+	// ForceStart (FORCE_START_WITHOUT_INITIAL_CONFIG), with XDS, serves
+	// Envoy's ports at once; unset, as the peer, they are bound only once
+	// the xDS server's first response has been handled.
+	ForceStart bool
+}
+
+// holdsEnvoyPorts reports whether the ports Envoy and its probes use (the
+// HTTP and gRPC addresses, the debug port) wait for the first xDS
+// response.
+func (s *Server) holdsEnvoyPorts() bool {
+	m := s.cfg.Ratelimit
+	return m != nil && m.XDS != nil && !m.ForceStart
 }
 
 // loadOptions are how the node reads its Envoy rules.
@@ -58,12 +73,14 @@ type sideServer struct {
 }
 
 // listenRatelimit binds the drop-in's side listeners (debug, Prometheus).
+// The debug port waits with the others held for the first xDS response
+// (openEnvoyPorts).
 func (s *Server) listenRatelimit() error {
 	m := s.cfg.Ratelimit
 	if m == nil {
 		return nil
 	}
-	if m.DebugAddr != "" {
+	if m.DebugAddr != "" && !s.holdsEnvoyPorts() {
 		if err := s.listenSide("debug", m.DebugAddr, s.debugHandler()); err != nil {
 			return err
 		}
@@ -81,13 +98,17 @@ func (s *Server) listenSide(name, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("ratelimit %s listener %s: %w", name, addr, err)
 	}
-	s.side = append(s.side, &sideServer{name: name, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln: ln})
+	s.side = append(s.side, newSideServer(name, ln, h))
 	return nil
 }
 
-// serveSide serves the side listeners in the background.
-func (s *Server) serveSide() {
-	for _, x := range s.side {
+func newSideServer(name string, ln net.Listener, h http.Handler) *sideServer {
+	return &sideServer{name: name, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+}
+
+// serveSide serves side listeners in the background.
+func (s *Server) serveSide(side []*sideServer) {
+	for _, x := range side {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

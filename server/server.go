@@ -75,6 +75,11 @@ type Server struct {
 	// reload what SIGHUP compares against (reload.go).
 	certs  *certSource
 	reload reloadState
+	// envoyMu guards the Envoy-facing listeners while they are bound late,
+	// for the first xDS response (openEnvoyPorts).
+	envoyMu sync.Mutex
+	// fail reports an error that ends the node (nil: logged only).
+	fail func(error)
 }
 
 // New builds a node from a validated config. It binds nothing yet.
@@ -215,9 +220,11 @@ func (s *Server) Listen() error {
 	}
 	s.ln = &listener{Listener: ln, srv: s, conns: map[*conn]struct{}{}}
 	if s.cfg.HTTPAddr != "" {
-		if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
-			ln.Close()
-			return fmt.Errorf("--http-addr %s: %w", s.cfg.HTTPAddr, err)
+		if !s.holdsEnvoyPorts() {
+			if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+				ln.Close()
+				return fmt.Errorf("--http-addr %s: %w", s.cfg.HTTPAddr, err)
+			}
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 	}
@@ -234,24 +241,8 @@ func (s *Server) Listen() error {
 
 // Serve starts serving on the bound sockets in the background.
 func (s *Server) Serve() {
-	if s.http != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("http server", "err", err)
-			}
-		}()
-	}
-	if s.grpc != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.grpc.Serve(s.grpcLn); err != nil {
-				s.log.Error("grpc server", "err", err)
-			}
-		}()
-	}
+	s.serveHTTP(s.httpLn)
+	s.serveGRPC(s.grpcLn)
 	if s.reload.rls != nil {
 		s.wg.Add(1)
 		go func() {
@@ -259,7 +250,8 @@ func (s *Server) Serve() {
 			s.watchEnvoy()
 		}()
 	}
-	s.serveSide()
+	s.serveSide(s.side)
+	s.startXDS()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -271,13 +263,50 @@ func (s *Server) Serve() {
 	}()
 	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "tls", s.cfg.TLSCert != "",
 		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
+	if s.holdsEnvoyPorts() {
+		s.log.Info("ratelimit: the HTTP, gRPC and debug ports open once the xDS server's first configuration is handled (FORCE_START_WITHOUT_INITIAL_CONFIG is not set)",
+			"http", s.cfg.HTTPAddr, "grpc", s.cfg.GRPCAddr, "xds_server", s.cfg.Ratelimit.XDS.ServerURL)
+	}
+}
+
+// serveHTTP serves the HTTP API on ln in the background (nothing if
+// either is missing).
+func (s *Server) serveHTTP(ln net.Listener) {
+	if s.http == nil || ln == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+}
+
+// serveGRPC serves gRPC on ln in the background (nothing if either is
+// missing).
+func (s *Server) serveGRPC(ln net.Listener) {
+	if s.grpc == nil || ln == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(ln); err != nil {
+			s.log.Error("grpc server", "err", err)
+		}
+	}()
 }
 
 // RespAddr returns the bound RESP address.
 func (s *Server) RespAddr() string { return s.ln.Addr().String() }
 
-// HTTPAddr returns the bound HTTP address, or "" if HTTP is off.
+// HTTPAddr returns the bound HTTP address, or "" if HTTP is off (or not
+// bound yet: held for the first xDS response).
 func (s *Server) HTTPAddr() string {
+	s.envoyMu.Lock()
+	defer s.envoyMu.Unlock()
 	if s.httpLn == nil {
 		return ""
 	}
@@ -295,6 +324,10 @@ func (s *Server) Shutdown() {
 		return
 	}
 	close(s.shutdown)
+	// Ports being opened for the first xDS response are open (and stop
+	// below) or will not be.
+	s.envoyMu.Lock()
+	s.envoyMu.Unlock()
 	s.ln.Listener.Close()
 	s.ln.drain(s.cfg.ShutdownTimeout)
 	s.stopGRPC()

@@ -90,8 +90,20 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	set := func(name, value string) { flags = append(flags, "--"+name, value) }
 	set("http-addr", e.addr("HOST", "0.0.0.0", "PORT", "8080"))
 	set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
-	set("envoy-config", filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
-		e.get("RUNTIME_SUBDIRECTORY"), e.str("RUNTIME_APPDIRECTORY", "config")))
+	forceStart := e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false) // with FILE, the files are read at start either way
+	switch t := e.str("CONFIG_TYPE", "FILE"); t {
+	case "FILE":
+		set("envoy-config", filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
+			e.get("RUNTIME_SUBDIRECTORY"), e.str("RUNTIME_APPDIRECTORY", "config")))
+	case "GRPC_XDS_SOTW":
+		set("envoy-config", "") // the rules come from the xDS server: no SLUICE_ENVOY_CONFIG either
+		var notes []string
+		m.XDS, notes = peerXDS(e)
+		m.notes = append(m.notes, notes...)
+		m.ForceStart = forceStart
+	default:
+		e.errs = append(e.errs, fmt.Sprintf("CONFIG_TYPE=%q: must be FILE or GRPC_XDS_SOTW", t))
+	}
 	set("log-level", peerLogLevel(e.str("LOG_LEVEL", "WARN")))
 	set("log-format", strings.ToLower(e.str("LOG_FORMAT", "text")))
 	m.DebugAddr = e.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070")
@@ -100,13 +112,14 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	}
 	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: e.flag("RUNTIME_IGNOREDOTFILES", false),
 		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false), QuotaMode: true}
+	if m.XDS != nil {
+		m.XDS.Load = m.Load
+	}
 	e.flag("RUNTIME_WATCH_ROOT", true) // either way the files are polled (docs/envoy.md)
 	m.HealthyWithAtLeastOneConfig = e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
 	m.Answers = peerAnswers(e)
-	m.ignored, m.notes = peerIgnored(getenv), peerUnsupported(e)
-	if t := e.str("CONFIG_TYPE", "FILE"); t != "FILE" {
-		e.errs = append(e.errs, fmt.Sprintf("CONFIG_TYPE=%q: only FILE is supported so far (GRPC_XDS_SOTW is to come)", t))
-	}
+	m.ignored = peerIgnored(getenv)
+	m.notes = append(m.notes, peerUnsupported(e)...)
 	m.NearLimitRatio = 0.8
 	if r := e.get("NEAR_LIMIT_RATIO"); r != "" {
 		f, err := strconv.ParseFloat(r, 32)
@@ -160,7 +173,6 @@ func peerIgnored(getenv func(string) string) []string {
 // honoured here, so that nobody relies on them unknowingly.
 func peerUnsupported(e *peerEnv) []string {
 	var out []string
-	e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false) // rule files are read at start either way
 	for _, v := range []string{"GRPC_SERVER_USE_TLS"} {
 		if e.flag(v, false) {
 			out = append(out, v+" is set but not supported yet: it is ignored")

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/envoyrls"
 )
@@ -63,9 +64,85 @@ func TestRatelimitVariables(t *testing.T) {
 }
 
 func TestRatelimitBadVariables(t *testing.T) {
-	for _, kv := range [][]string{{"PORT", "http"}, {"SHADOW_MODE", "maybe"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"NEAR_LIMIT_RATIO", "2"}} {
+	for _, kv := range [][]string{{"PORT", "http"}, {"SHADOW_MODE", "maybe"}, {"CONFIG_TYPE", "REDIS"}, {"NEAR_LIMIT_RATIO", "2"},
+		{"FORCE_START_WITHOUT_INITIAL_CONFIG", "yes"}} {
 		if _, _, err := ratelimitSettings(envOf(kv...)); err == nil || !strings.Contains(err.Error(), kv[0]) {
 			t.Errorf("%s=%s: %v", kv[0], kv[1], err)
 		}
+	}
+}
+
+// CONFIG_TYPE=GRPC_XDS_SOTW: the peer's xDS variables with its defaults,
+// and no rule directory.
+func TestRatelimitXDSDefaults(t *testing.T) {
+	flags, m, err := ratelimitSettings(envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "MERGE_DOMAIN_CONFIG", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:8081 --envoy-config  --log-level warn --log-format text"; got != want {
+		t.Fatalf("flags %s\nwant  %s", got, want)
+	}
+	x := m.XDS
+	if x == nil || m.ForceStart {
+		t.Fatalf("mode %+v", m.RatelimitMode)
+	}
+	want := envoyrls.XDSBackoff{Initial: 10 * time.Second, Max: 60 * time.Second, Factor: 0.5, Jitter: true}
+	if x.ServerURL != "localhost:18000" || x.NodeID != "default" || len(x.NodeMetadata) != 0 || x.Headers != nil || x.TLS != nil ||
+		x.ConnectRetry != 3*time.Second || x.MaxRecvMsgSize != 0 || x.Backoff != want || !x.Load.MergeDomains || !x.Load.QuotaMode {
+		t.Fatalf("xds settings %+v", x)
+	}
+}
+
+func TestRatelimitXDSVariables(t *testing.T) {
+	_, m, err := ratelimitSettings(envOf("CONFIG_TYPE", "GRPC_XDS_SOTW", "FORCE_START_WITHOUT_INITIAL_CONFIG", "true",
+		"CONFIG_GRPC_XDS_SERVER_URL", "xds.example:9000", "CONFIG_GRPC_XDS_NODE_ID", "rl-1",
+		"CONFIG_GRPC_XDS_NODE_METADATA", "zone=a,team=edge=x,bad", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "Authorization:Bearer t,x-env:prod",
+		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "250ms", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1s",
+		"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "5s", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2", "XDS_CLIENT_BACKOFF_JITTER", "false",
+		"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.internal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := m.XDS
+	if !m.ForceStart || x.ServerURL != "xds.example:9000" || x.NodeID != "rl-1" || x.NodeMetadata["zone"] != "a" || x.NodeMetadata["team"] != "edge=x" ||
+		len(x.NodeMetadata) != 2 || x.Headers["authorization"] != "Bearer t" || x.Headers["x-env"] != "prod" || x.ConnectRetry != 250*time.Millisecond ||
+		x.Backoff != (envoyrls.XDSBackoff{Initial: time.Second, Max: 5 * time.Second, Factor: 2}) || x.MaxRecvMsgSize != 1<<20 ||
+		x.TLS == nil || x.TLS.ServerName != "xds.internal" {
+		t.Fatalf("xds settings %+v", x)
+	}
+	if len(m.notes) != 1 || !strings.Contains(m.notes[0], "CONFIG_GRPC_XDS_NODE_METADATA") || !strings.Contains(m.notes[0], "bad") {
+		t.Fatalf("notes %q", m.notes)
+	}
+}
+
+// A bad xDS variable is named, with the form it takes.
+func TestRatelimitXDSBadVariables(t *testing.T) {
+	for _, c := range []struct {
+		kv   []string
+		want string
+	}{
+		{[]string{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "ten"}, "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=\"ten\": must be a duration"},
+		{[]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-1"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"},
+		{[]string{"XDS_CLIENT_BACKOFF_JITTER", "sometimes"}, "XDS_CLIENT_BACKOFF_JITTER"},
+		{[]string{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3"}, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"},
+		{[]string{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1MB"}, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
+		{[]string{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "token"}, "the form is name:value,name:value"},
+		{[]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c.pem"}, "set both"},
+		{[]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/nonexistent/ca.pem"}, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"},
+	} {
+		_, _, err := ratelimitSettings(envOf(append([]string{"CONFIG_TYPE", "GRPC_XDS_SOTW"}, c.kv...)...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want %q", c.kv, err, c.want)
+		}
+	}
+}
+
+// Rules come from one place: --envoy-config beside CONFIG_TYPE=GRPC_XDS_SOTW
+// is refused at start, naming both.
+func TestRatelimitXDSWithEnvoyConfig(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := ratelimit([]string{"--envoy-config", "/etc/rules", "--data-dir", t.TempDir()}, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW"), &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--envoy-config: cannot be used with CONFIG_TYPE=GRPC_XDS_SOTW") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }
