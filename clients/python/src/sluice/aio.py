@@ -71,7 +71,6 @@ class AsyncClient(Calls):
     async def _call(self, args: list, budget: float) -> Any:
         pool = self.redis.connection_pool
         conn = None
-        ok = False
 
         async def go() -> Any:
             nonlocal conn
@@ -79,22 +78,48 @@ class AsyncClient(Calls):
             await conn.send_command(*args)
             return await conn.read_response()
 
-        try:
-            reply = await asyncio.wait_for(go(), budget)
-            ok = True
-            return reply
-        except redis.exceptions.ResponseError:
-            ok = True
-            raise
-        except asyncio.TimeoutError:
-            raise redis.exceptions.TimeoutError(f"no reply within {budget * 1000:.0f} ms") from None
-        finally:
-            if conn is not None:
-                if not ok:
+        async def give_back(broken: bool) -> None:
+            if conn is None:
+                return
+            try:
+                if broken:
                     await conn.disconnect()
+            finally:
                 r = pool.release(conn)
                 if inspect.isawaitable(r):
                     await r
+
+        # The deadline does not wait for the call to end: a library that
+        # swallows the cancellation (redis-py 4.3's asyncio reader can)
+        # would otherwise hold the caller past it. A call cut off drops its
+        # connection once it does end.
+        task = asyncio.ensure_future(go())
+        try:
+            done, _ = await asyncio.wait({task}, timeout=budget)
+        except asyncio.CancelledError:
+            task.cancel()
+            task.add_done_callback(lambda t: asyncio.ensure_future(give_back(True)))
+            raise
+        if not done:
+            task.cancel()
+
+            def ended(t: "asyncio.Future[Any]") -> None:
+                if not t.cancelled():
+                    t.exception()  # a late failure is nobody's: mark it seen
+                asyncio.ensure_future(give_back(True))
+
+            task.add_done_callback(ended)
+            raise redis.exceptions.TimeoutError(f"no reply within {budget * 1000:.0f} ms")
+        try:
+            reply = task.result()
+        except redis.exceptions.ResponseError:
+            await give_back(False)
+            raise
+        except BaseException:
+            await give_back(True)
+            raise
+        await give_back(False)
+        return reply
 
     async def close(self) -> None:
         await self.redis.close()
