@@ -3,8 +3,8 @@ package reserve
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
