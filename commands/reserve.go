@@ -118,26 +118,45 @@ func renewCmd(ctx *Ctx) {
 // this node's (or one that is no id at all: the store answers it). A
 // command relayed here by another node is not relayed again.
 func (ctx *Ctx) relayToIssuer() bool {
-	id := string(ctx.Args[1])
-	node, ok := reserve.IssuedBy(id)
-	cl := ctx.Env.Cluster
-	if !ok || cl == nil || node == cl.ID() || strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+	if strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
 		return false
+	}
+	raw, relayed, err := RelayToIssuer(ctx.Env.Cluster, ctx.Args)
+	switch {
+	case !relayed:
+		return false
+	case err != nil:
+		ctx.Conn.WriteError(err.Error())
+	default:
+		ctx.writeRelayed(raw)
+	}
+	return true
+}
+
+// RelayToIssuer sends a reservation command (args[1] is the id) to the
+// member that issued the id, over the nodes' own connections, and returns
+// its raw RESP reply. relayed is false, with nothing sent, when this node
+// issued the id, when it is no id at all, or with no cluster: the local
+// store answers. An id of a node that is not a member is NORESERVATION;
+// an issuer that does not answer within --apply-timeout is TRYAGAIN.
+// RESP and HTTP both relay through it.
+func RelayToIssuer(cl Cluster, args [][]byte) (raw []byte, relayed bool, err error) {
+	id := args[1]
+	node, ok := reserve.IssuedBy(string(id))
+	if !ok || cl == nil || node == cl.ID() {
+		return nil, false, nil
 	}
 	m, known := cl.State().Members[node]
 	if !known || m.RespAddr == "" {
-		ctx.Conn.WriteError(fault.New("NORESERVATION", "reservation '%s' was issued by node '%s', which is not a member of this cluster",
-			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node))).Error())
-		return true
+		return nil, true, fault.New("NORESERVATION", "reservation '%s' was issued by node '%s', which is not a member of this cluster",
+			fault.Printable(id), fault.Printable([]byte(node)))
 	}
-	raw, err := cl.RelayTo(m.RespAddr, ctx.Args, 0)
+	raw, err = cl.RelayTo(m.RespAddr, args, 0)
 	if err != nil {
-		ctx.Conn.WriteError(fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
-			fault.Printable(ctx.Args[1]), fault.Printable([]byte(node)), m.RespAddr, err).Error())
-		return true
+		return nil, true, fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
+			fault.Printable(id), fault.Printable([]byte(node)), m.RespAddr, err)
 	}
-	ctx.writeRelayed(raw)
-	return true
+	return raw, true, nil
 }
 
 // slotRelayTimeout bounds how long a reservation waits for the member

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,4 +204,46 @@ func settledLoad(t *testing.T, cs []*redis.Client, budget string, burst int64, w
 		t.Fatal(err)
 	}
 	return settled.Load()
+}
+
+// Over HTTP too, a reservation's id is valid on every node: a node that
+// did not issue it passes /v1/settle, /v1/renew and /v1/release to the
+// node that did, and answers with its reply.
+func TestReservationOverHTTPOnAnotherNode(t *testing.T) {
+	ms, _ := threeNodes(t)
+	ctx := context.Background()
+	post := func(m *member, path, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post("http://"+m.p.HTTP+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %s on %s: %v", path, m.id, err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("POST %s on %s: %v", path, m.id, err)
+		}
+		return resp.StatusCode, out
+	}
+	v, err := reserve(ctx, ms[0].c, "http:acme", "RATE", 3000, "PER", "day", "COST", 40, "TTL", 60000)
+	if err != nil || v[0].(int64) != 1 {
+		t.Fatalf("RL.RESERVE on %s: %v %v", ms[0].id, v, err)
+	}
+	left, id := v[1].(int64), v[6].(string)
+	if code, out := post(ms[1], "/v1/renew", fmt.Sprintf(`{"id":%q,"ttl_ms":120000}`, id)); code != 200 || out["renewed"] != true {
+		t.Fatalf("/v1/renew on %s: %d %v", ms[1].id, code, out)
+	}
+	code, out := post(ms[2], "/v1/settle", fmt.Sprintf(`{"id":%q,"actual":10}`, id))
+	if code != 200 || out["allowed"] != float64(1) || out["remaining"] != float64(left+30) || out["limited_by"] != "http:acme" {
+		t.Fatalf("/v1/settle on %s: %d %v (want %d remaining: 40 reserved, 10 used)", ms[2].id, code, out, left+30)
+	}
+	if code, out := post(ms[1], "/v1/settle", fmt.Sprintf(`{"id":%q,"actual":10}`, id)); code != 404 || out["code"] != "NORESERVATION" {
+		t.Fatalf("a second /v1/settle on %s: %d %v", ms[1].id, code, out)
+	}
+	if code, out := post(ms[2], "/v1/release", fmt.Sprintf(`{"id":%q}`, id)); code != 200 || out["released"] != false {
+		t.Fatalf("/v1/release of a settled reservation on %s: %d %v", ms[2].id, code, out)
+	}
+	if code, out := post(ms[1], "/v1/settle", `{"id":"00000000000000010000000000000000@n9","actual":1}`); code != 404 || !strings.Contains(fmt.Sprint(out["detail"]), "which is not a member of this cluster") {
+		t.Fatalf("an id of no member over HTTP: %d %v", code, out)
+	}
 }

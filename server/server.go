@@ -439,7 +439,8 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views()}
+	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
+		Relay: func(args [][]byte) ([]byte, bool, error) { return commands.RelayToIssuer(s.env.Cluster, args) }}
 	api.Register(mux)
 	console.Register(mux)
 	s.ratelimitRoutes(mux)
