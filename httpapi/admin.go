@@ -143,18 +143,11 @@ type NodeUsage struct {
 }
 
 func (a *API) usage(w http.ResponseWriter, r *http.Request) {
-	if !a.allowed(w, r, false) {
+	n, ok := a.page(w, r, "prefix", "subject", "after", "n")
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	n, err := pageSize(r, "n", DefaultPage, MaxPage)
-	if err == nil {
-		err = knownParams(r, "prefix", "subject", "after", "n")
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var subject []byte
 	if q.Has("subject") {
 		subject = []byte(q.Get("subject"))
@@ -283,16 +276,27 @@ type QuotaCounter struct {
 	ResetAfterMs int64  `json:"reset_after_ms"`
 }
 
-func (a *API) quotas(w http.ResponseWriter, r *http.Request) {
+// page checks a listing request: access (any role reads), its page size
+// n and that it names only the known parameters; it answers the refusal
+// itself.
+func (a *API) page(w http.ResponseWriter, r *http.Request, known ...string) (int, bool) {
 	if !a.allowed(w, r, false) {
-		return
+		return 0, false
 	}
 	n, err := pageSize(r, "n", DefaultPage, MaxPage)
 	if err == nil {
-		err = knownParams(r, "prefix", "after", "n")
+		err = knownParams(r, known...)
 	}
 	if err != nil {
 		writeError(w, err)
+		return 0, false
+	}
+	return n, true
+}
+
+func (a *API) quotas(w http.ResponseWriter, r *http.Request) {
+	n, ok := a.page(w, r, "prefix", "after", "n")
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -355,15 +359,8 @@ type BudgetPage struct {
 }
 
 func (a *API) budgets(w http.ResponseWriter, r *http.Request) {
-	if !a.allowed(w, r, false) {
-		return
-	}
-	n, err := pageSize(r, "n", DefaultPage, MaxPage)
-	if err == nil {
-		err = knownParams(r, "prefix", "after", "n")
-	}
-	if err != nil {
-		writeError(w, err)
+	n, ok := a.page(w, r, "prefix", "after", "n")
+	if !ok {
 		return
 	}
 	st, err := a.Service.Cluster.ReadState(false)
