@@ -146,29 +146,9 @@ func (sh *countShard) place(h uint64, path string, tick int64) *countSlot {
 	}
 }
 
+// unindex removes slot i, whose hash is h, from the index.
 func (sh *countShard) unindex(h uint64, i int32) {
-	mask := uint64(len(sh.index) - 1)
-	p := h & mask
-	for sh.index[p] != i+1 {
-		p = (p + 1) & mask
-	}
-	for {
-		sh.index[p] = 0
-		q := p
-		for {
-			q = (q + 1) & mask
-			v := sh.index[q]
-			if v == 0 {
-				return
-			}
-			home := sh.slots[v-1].hash & mask
-			if (q > p && (home <= p || home > q)) || (q < p && home <= p && home > q) {
-				sh.index[p] = v
-				p = q
-				break
-			}
-		}
-	}
+	unindexSlot(sh.index[:], h, i, func(v int32) uint64 { return sh.slots[v-1].hash })
 }
 
 // Recorder is what a node keeps of its calls: the keys admitted and

@@ -152,27 +152,34 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 	}
 }
 
-// unindex removes slot i, whose hash is h, from the index, moving later
-// entries of its probe run back so that no lookup stops early.
+// unindex removes slot i, whose hash is h, from the index.
 func (s *sketch) unindex(h uint64, i int32) {
-	mask := uint64(len(s.index) - 1)
+	unindexSlot(s.index[:], h, i, func(v int32) uint64 { return s.slots[v-1].hash })
+}
+
+// unindexSlot removes slot i, whose hash is h, from an open-addressing
+// index with linear probing (index holds slot numbers + 1, 0 for an empty
+// place; its length a power of two), moving later entries of the run back
+// so that a lookup still finds them. hashOf gives an entry's hash.
+func unindexSlot(index []int32, h uint64, i int32, hashOf func(v int32) uint64) {
+	mask := uint64(len(index) - 1)
 	p := h & mask
-	for s.index[p] != i+1 {
+	for index[p] != i+1 {
 		p = (p + 1) & mask
 	}
 	for {
-		s.index[p] = 0
+		index[p] = 0
 		q := p
 		for {
 			q = (q + 1) & mask
-			v := s.index[q]
+			v := index[q]
 			if v == 0 {
 				return
 			}
-			home := s.slots[v-1].hash & mask
+			home := hashOf(v) & mask
 			// v may move to p if p lies cyclically in [home, q).
 			if (q > p && (home <= p || home > q)) || (q < p && home <= p && home > q) {
-				s.index[p] = v
+				index[p] = v
 				p = q
 				break
 			}
