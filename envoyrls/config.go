@@ -64,6 +64,11 @@ type Limit struct {
 	Unlimited       bool
 	Name            string
 	Replaces        []string
+	// Algorithm and Burst are sluice's extensions of the rule format
+	// (algorithm:, burst:): how the limit admits, and a bucket's capacity.
+	// The peer's rules name neither: a fixed window of requests_per_unit.
+	Algorithm engine.Algo
+	Burst     int64
 
 	window time.Duration
 	lim    engine.Limit // fixed window of RequestsPerUnit; unset when 0 or unlimited
@@ -637,7 +642,7 @@ func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
 }
 
 func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
-	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces")
+	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst")
 	if err != nil {
 		return nil, err
 	}
@@ -672,8 +677,30 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		}
 		l.RequestsPerUnit = uint32(v)
 	}
+	l.Algorithm, l.Burst = engine.FixedWindow, int64(l.RequestsPerUnit)
+	if a := f["algorithm"]; a != nil && a.Tag != "!!null" {
+		name, err := str(file, a, "algorithm")
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if l.Algorithm, ok = engine.ParseAlgo(name); !ok {
+			return nil, &configError{file, a.Line, fmt.Sprintf("invalid algorithm '%s': must be fixed_window, sliding_window, token_bucket, gcra or leaky_bucket", name)}
+		}
+	}
+	if b := f["burst"]; b != nil && b.Tag != "!!null" {
+		if b.Kind != yaml.ScalarNode || b.ShortTag() != "!!int" || b.Decode(&l.Burst) != nil || l.Burst < 1 || l.Burst > engine.MaxBurst {
+			return nil, &configError{file, b.Line, fmt.Sprintf("burst must be an integer between 1 and %d", int64(engine.MaxBurst))}
+		}
+		if l.Algorithm.IsWindow() {
+			return nil, &configError{file, b.Line, fmt.Sprintf("burst belongs to token_bucket, gcra and leaky_bucket: a %s admits requests_per_unit a window", l.Algorithm)}
+		}
+	}
+	if l.Unlimited && (f["algorithm"] != nil || f["burst"] != nil) {
+		return nil, &configError{file, n.Line, "should not specify algorithm or burst when unlimited"}
+	}
 	if !l.Unlimited && l.RequestsPerUnit > 0 {
-		if l.lim, err = engine.NewLimit(engine.FixedWindow, int64(l.RequestsPerUnit), l.window, int64(l.RequestsPerUnit)); err != nil {
+		if l.lim, err = engine.NewLimit(l.Algorithm, int64(l.RequestsPerUnit), l.window, l.Burst); err != nil {
 			return nil, &configError{file, n.Line, err.Error()}
 		}
 	}

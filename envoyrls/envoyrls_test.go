@@ -81,6 +81,54 @@ func TestFixedWindowsOnTheTimeline(t *testing.T) {
 	}
 }
 
+// TestAlgorithmAndBurst: sluice's extensions of the rule format. A token
+// bucket of 10 a second with a burst of 20 admits 20 at once, then one
+// every 100 ms; a sliding window counts across the window's edge.
+func TestAlgorithmAndBurst(t *testing.T) {
+	now := t0
+	s := newServer(t, `
+domain: d
+descriptors:
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 20}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window}
+`, &now)
+	call := func(k string) rlsv3.RateLimitResponse_Code {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc(k, "x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	for i := 0; i < 20; i++ {
+		if got := call("bucket"); got != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d of the burst: %v", i+1, got)
+		}
+	}
+	if got := call("bucket"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("past the burst: %v", got)
+	}
+	now += int64(100 * time.Millisecond)
+	if got := call("bucket"); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a token 100 ms later: %v", got)
+	}
+	// Sliding: two at 0:50; at 1:10 the last window still counts for
+	// 50/60 of its 2, and one more would make 2.67 > 2: refused; at 1:40
+	// it counts for 20/60 (0.67 + 1 ≤ 2): admitted.
+	now = t0 + int64(50*time.Second)
+	call("sliding")
+	call("sliding")
+	now = t0 + int64(70*time.Second)
+	if got := call("sliding"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("sliding window at 1:10: %v", got)
+	}
+	now = t0 + int64(100*time.Second)
+	if got := call("sliding"); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("sliding window at 1:40: %v", got)
+	}
+}
+
 // TestShareThreshold: values matched by a shared pattern count together.
 func TestShareThreshold(t *testing.T) {
 	now := t0
@@ -162,6 +210,11 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    share_threshold: true\n", "c.yaml:3: share_threshold can only be used with wildcard values"},
 		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "c.yaml:4: quota_mode is not supported"},
 		{"domain: d\ndomain: e\n", "c.yaml:2: key 'domain' appears twice in the file"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: bucket}\n", "c.yaml:4: invalid algorithm 'bucket': must be fixed_window, sliding_window, token_bucket, gcra or leaky_bucket"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", "c.yaml:4: burst belongs to token_bucket, gcra and leaky_bucket: a fixed_window admits requests_per_unit a window"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 0}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1.5}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, algorithm: gcra}\n", "c.yaml:4: should not specify algorithm or burst when unlimited"},
 		{"domain: d\n---\ndomain: d\n", "c.yaml:3: domain 'd' is already configured in c.yaml"},
 	} {
 		_, err := ParseConfig("c.yaml", []byte(tc.yaml))
