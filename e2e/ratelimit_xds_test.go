@@ -257,9 +257,12 @@ func TestRatelimitXDSWithoutServerAtStart(t *testing.T) {
 				if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
 					t.Fatalf("before any configuration: %v", err)
 				}
-				if h, err := c.health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-					t.Fatalf("health before any configuration: %v %v", h, err)
-				}
+				// Serving once the node is ready (its Raft has a leader: a
+				// moment on a busy machine), configuration or not.
+				eventually(t, 60*time.Second, "health SERVING before any configuration", func() bool {
+					h, err := c.health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+					return err == nil && h.Status == healthpb.HealthCheckResponse_SERVING
+				})
 			}
 
 			x := startXDSServer(t, addr)
