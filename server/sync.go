@@ -42,8 +42,7 @@ func (y *syncer) run(interval time.Duration) {
 	store := y.n.Server.env.Store
 	self := y.n.Raft.ID()
 	on := false
-	var buf, back []byte
-	var msgs, refunds [][]byte
+	var consumed, back syncBatch
 	for {
 		select {
 		case <-y.n.stop:
@@ -82,33 +81,16 @@ func (y *syncer) run(interval time.Duration) {
 		}
 		// Consumption first, then tokens given back, in messages of their
 		// own (a node from before refunds were sent rejects those only).
-		buf, msgs = append(buf[:0], engine.SyncFormat), msgs[:0]
-		back, refunds = append(back[:0], engine.SyncFormat), refunds[:0]
-		start, backStart := 0, 0
+		consumed.reset()
+		back.reset()
 		store.Drain(func(space engine.Space, key []byte, lim *engine.Limit, delta int64) {
 			if delta < 0 {
-				back = engine.AppendDelta(back, space, key, lim, delta)
-				if len(back)-backStart > maxSyncMessage {
-					refunds = append(refunds, back[backStart:])
-					backStart = len(back)
-					back = append(back, engine.SyncFormat)
-				}
-				return
-			}
-			buf = engine.AppendDelta(buf, space, key, lim, delta)
-			if len(buf)-start > maxSyncMessage {
-				msgs = append(msgs, buf[start:])
-				start = len(buf)
-				buf = append(buf, engine.SyncFormat)
+				back.add(space, key, lim, delta)
+			} else {
+				consumed.add(space, key, lim, delta)
 			}
 		})
-		if len(buf)-start > 1 || len(msgs) == 0 {
-			msgs = append(msgs, buf[start:])
-		}
-		if len(back)-backStart > 1 {
-			refunds = append(refunds, back[backStart:])
-		}
-		msgs = append(msgs, refunds...)
+		msgs := append(consumed.done(true), back.done(false)...)
 		for _, q := range y.workers {
 			for _, m := range msgs {
 				select {
@@ -119,6 +101,36 @@ func (y *syncer) run(interval time.Duration) {
 			}
 		}
 	}
+}
+
+// syncBatch cuts a run of delta records into messages of about
+// maxSyncMessage bytes at most, each starting with engine.SyncFormat.
+type syncBatch struct {
+	buf   []byte
+	start int // where the message being filled starts in buf
+	msgs  [][]byte
+}
+
+func (b *syncBatch) reset() {
+	b.buf, b.start, b.msgs = append(b.buf[:0], engine.SyncFormat), 0, b.msgs[:0]
+}
+
+func (b *syncBatch) add(space engine.Space, key []byte, lim *engine.Limit, delta int64) {
+	b.buf = engine.AppendDelta(b.buf, space, key, lim, delta)
+	if len(b.buf)-b.start > maxSyncMessage {
+		b.msgs = append(b.msgs, b.buf[b.start:])
+		b.start = len(b.buf)
+		b.buf = append(b.buf, engine.SyncFormat)
+	}
+}
+
+// done returns the messages; with empty, a message of no records too
+// when there is nothing else (it tells the peers this node is alive).
+func (b *syncBatch) done(empty bool) [][]byte {
+	if len(b.buf)-b.start > 1 || empty && len(b.msgs) == 0 {
+		b.msgs = append(b.msgs, b.buf[b.start:])
+	}
+	return b.msgs
 }
 
 // work delivers messages to one peer, in order.
