@@ -42,56 +42,18 @@ func TestConcurrencyLimitHoldsAcrossNodes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			const clients, rounds = 30, 5
-			var inFlight, most, granted atomic.Int64
-			var mu sync.Mutex
-			issuers := map[string]int{}
-			var wg sync.WaitGroup
-			errs := make(chan error, clients)
-			for i := 0; i < clients; i++ {
-				m := ms[i%len(ms)]
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					cl := redis.NewClient(&redis.Options{Addr: m.resp, MaxRetries: -1, ReadTimeout: 60 * time.Second, PoolSize: 1})
-					defer cl.Close()
-					for r := 0; r < rounds; r++ {
-						v, err := reserve(ctx, cl, append(tc.args, "COST", 1, "TTL", 60000, "WAIT", 30000)...)
-						if err != nil {
-							errs <- fmt.Errorf("RL.RESERVE on %s: %v", m.id, err)
-							return
-						}
-						id := v[6].(string)
-						if id == "" {
-							continue // WAIT ran out on a slow machine: refused, holding nothing
-						}
-						n := inFlight.Add(1)
-						for p := most.Load(); n > p && !most.CompareAndSwap(p, n); p = most.Load() {
-						}
-						granted.Add(1)
-						_, issuer, _ := strings.Cut(id, "@")
-						mu.Lock()
-						issuers[issuer]++
-						mu.Unlock()
-						time.Sleep(2 * time.Millisecond) // the work
-						inFlight.Add(-1)
-						if ok, err := cl.Do(ctx, "RL.RELEASE", id).Int(); err != nil || ok != 1 {
-							errs <- fmt.Errorf("RL.RELEASE %s on %s: %d %v", id, m.id, ok, err)
-							return
-						}
-					}
-				}()
+			var addrs []string
+			for _, m := range ms {
+				addrs = append(addrs, m.resp)
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
+			l := holdSlots(t, addrs, clients, rounds, 60*time.Second, append(tc.args, "COST", 1, "TTL", 60000, "WAIT", 30000)...)
+			issuers := l.issuers
+			t.Logf("%d reservations granted through 3 nodes, at most %d in flight (limit %d); issued by %v", l.granted, l.most, tc.n, issuers)
+			if l.most > tc.n {
+				t.Fatalf("%d in flight, limit %d", l.most, tc.n)
 			}
-			t.Logf("%d reservations granted through 3 nodes, at most %d in flight (limit %d); issued by %v", granted.Load(), most.Load(), tc.n, issuers)
-			if most.Load() > tc.n {
-				t.Fatalf("%d in flight, limit %d", most.Load(), tc.n)
-			}
-			if granted.Load() < clients {
-				t.Fatalf("only %d of %d reservations granted", granted.Load(), clients*rounds)
+			if l.granted < clients {
+				t.Fatalf("only %d of %d reservations granted", l.granted, clients*rounds)
 			}
 			if len(issuers) != 1 {
 				t.Fatalf("the reservations of one key were issued by %d nodes (%v): the slots are not kept in one place", len(issuers), issuers)

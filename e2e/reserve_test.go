@@ -36,20 +36,50 @@ func TestConcurrencyLimitHoldsAcrossClients(t *testing.T) {
 	c := client(t, p.Resp)
 	waitReady(t, c)
 	const clients, rounds = 50, 6
+	l := holdSlots(t, []string{p.Resp}, clients, rounds, 30*time.Second, "gpu", "CONCURRENCY", 5, "COST", 1, "TTL", 30000, "WAIT", 20000)
+	t.Logf("%d reservations granted, at most %d in flight", l.granted, l.most)
+	if l.most > 5 {
+		t.Fatalf("%d in flight, limit 5", l.most)
+	}
+	if l.granted < clients {
+		t.Fatalf("only %d of %d reservations granted", l.granted, clients*rounds)
+	}
+	if v, err := reserve(context.Background(), c, "gpu", "CONCURRENCY", 5, "COST", 1); err != nil || v[0].(int64) != 1 {
+		t.Fatalf("after every release, a slot: %v %v", v, err)
+	}
+}
+
+// slotLoad is what holdSlots saw: reservations granted, the most the
+// clients held at once, and how many each node issued.
+type slotLoad struct {
+	granted, most int64
+	issuers       map[string]int
+}
+
+// holdSlots runs clients, client i on addrs[i % len(addrs)], each sending
+// RL.RESERVE args rounds times (readTimeout bounds a reply), holding each
+// granted reservation for 2 ms and releasing it. Each counts itself in
+// after its reservation is granted and out before it releases, so what the
+// clients count is at most what the server holds.
+func holdSlots(t *testing.T, addrs []string, clients, rounds int, readTimeout time.Duration, args ...any) slotLoad {
+	t.Helper()
 	var inFlight, most, granted atomic.Int64
+	var mu sync.Mutex
+	issuers := map[string]int{}
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for i := 0; i < clients; i++ {
+		addr := addrs[i%len(addrs)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl := redis.NewClient(&redis.Options{Addr: p.Resp, MaxRetries: -1, ReadTimeout: 30 * time.Second, PoolSize: 1})
+			cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: readTimeout, PoolSize: 1})
 			defer cl.Close()
 			ctx := context.Background()
 			for r := 0; r < rounds; r++ {
-				v, err := reserve(ctx, cl, "gpu", "CONCURRENCY", 5, "COST", 1, "TTL", 30000, "WAIT", 20000)
+				v, err := reserve(ctx, cl, args...)
 				if err != nil {
-					errs <- err
+					errs <- fmt.Errorf("RL.RESERVE on %s: %v", addr, err)
 					return
 				}
 				id := v[6].(string)
@@ -60,10 +90,14 @@ func TestConcurrencyLimitHoldsAcrossClients(t *testing.T) {
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				granted.Add(1)
+				_, issuer, _ := strings.Cut(id, "@")
+				mu.Lock()
+				issuers[issuer]++
+				mu.Unlock()
 				time.Sleep(2 * time.Millisecond) // the work
 				inFlight.Add(-1)
 				if ok, err := cl.Do(ctx, "RL.RELEASE", id).Int(); err != nil || ok != 1 {
-					errs <- fmt.Errorf("release %s: %d %v", id, ok, err)
+					errs <- fmt.Errorf("RL.RELEASE %s on %s: %d %v", id, addr, ok, err)
 					return
 				}
 			}
@@ -74,16 +108,7 @@ func TestConcurrencyLimitHoldsAcrossClients(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("%d reservations granted, at most %d in flight", granted.Load(), most.Load())
-	if most.Load() > 5 {
-		t.Fatalf("%d in flight, limit 5", most.Load())
-	}
-	if granted.Load() < clients {
-		t.Fatalf("only %d of %d reservations granted", granted.Load(), clients*rounds)
-	}
-	if v, err := reserve(context.Background(), c, "gpu", "CONCURRENCY", 5, "COST", 1); err != nil || v[0].(int64) != 1 {
-		t.Fatalf("after every release, a slot: %v %v", v, err)
-	}
+	return slotLoad{granted: granted.Load(), most: most.Load(), issuers: issuers}
 }
 
 // A client that dies holding 3 of 3 slots gets nothing back until its
