@@ -1,6 +1,7 @@
 package robust
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -144,8 +145,29 @@ func TestCheckerWriteErrors(t *testing.T) {
 		at(0, w("a", 6, 350, 360, stOK)),
 		at(2, w("a", 7, 600, 610, stNotSent)), // never sent: not a write error
 	}
-	got := writeErrorsDuringQuorum(ops, faults)
+	got := writeErrorsDuringQuorum(ops, faults, nil)
 	if len(got) != 3 || got[0].Value != 2 || got[1].Value != 3 || got[2].Value != 5 {
 		t.Errorf("got %v, want writes 2, 3 and 5", got)
+	}
+
+	// No leader known from 10 s to 16 s (a slow election), then none from
+	// 30 s to 31 s; each write below was sent to a node under no fault.
+	const s = int64(time.Second)
+	leaderless := []fault{{Kind: "leaderless", Node: -1, Start: 10 * s, End: 16 * s}, {Kind: "leaderless", Node: -1, Start: 30 * s, End: 31 * s}}
+	ops = []op{
+		w("b", 1, 11*s, 16*s, stFailed),     // gave up while no leader was known: excused
+		w("b", 2, 12*s, 17*s-s/2, stFailed), // gave up half a second after one was: excused (slack)
+		w("b", 3, 30*s, 35*s, stFailed),     // a leader was known 4 s before it gave up: counted
+		w("b", 4, 11*s, 16*s, stUnknown),    // no reply at all: counted
+		w("b", 5, 20*s, 25*s, stFailed),     // no election near it: counted
+		func() op { o := w("b", 6, 11*s, 16*s, stFailed); o.Err = "ERR bad"; return o }(), // not a retry reply: counted
+	}
+	got = writeErrorsDuringQuorum(ops, nil, leaderless)
+	var vals []int64
+	for _, o := range got {
+		vals = append(vals, o.Value)
+	}
+	if fmt.Sprint(vals) != "[3 4 5 6]" {
+		t.Errorf("counted writes %v, want [3 4 5 6]", vals)
 	}
 }

@@ -244,7 +244,9 @@ func TestRobustness(t *testing.T) {
 	// (3) Durability.
 	lost, corrupt := durability(ops, final)
 	// (4) Write errors while a quorum was reachable.
-	bounced := writeErrorsDuringQuorum(ops, faults)
+	leaderless := elections.leaderlessWindows()
+	bounced := writeErrorsDuringQuorum(ops, faults, leaderless)
+	excused := len(writeErrorsDuringQuorum(ops, faults, nil)) - len(bounced)
 	// (5) Quotas: never more admitted than the quota; limiting calls
 	// answered by every node not under a fault.
 	over := qt.overAdmitted()
@@ -269,7 +271,8 @@ func TestRobustness(t *testing.T) {
 	line("linearizability", "%s (porcupine, %d registers; %d writes, %d consistent + %d final reads)%s",
 		res, len(chaosPaths), sum.writes-sum.notSent, sum.reads[opReadLin], len(final), vizNote(viz, vizErr))
 	line("stale follower reads", "%d of %d plain reads (not a violation)%s", stale, plainOK, listNote(plainUnknown, "of values never written"))
-	line("errors during quorum", "%d writes failed or got no reply while their node and a quorum were reachable (%d answered TRYAGAIN/CLUSTERDOWN in all)", len(bounced), sum.bounced)
+	line("errors during quorum", "%d writes failed or got no reply while their node and a quorum were reachable (%d answered TRYAGAIN/CLUSTERDOWN in all; %d excused: no leader known until they gave up, %d leaderless windows, longest %v)",
+		len(bounced), sum.bounced, excused, len(leaderless), longest(leaderless))
 	line("quota", "%s", qt.summary())
 	line("quota over-admission", "%d of %d quota periods admitted more than %d", len(over), qt.keys(), chaosQuota)
 	line("acquire errors", "%d RL.ACQUIRE calls failed on a node under no fault (%d failed in all)", len(acqErrs), qt.failed())
@@ -524,39 +527,102 @@ func summarize(ops []op, faults []fault) summary {
 	return s
 }
 
-// termWatch polls the nodes' Raft terms; a rise between two polls is an
-// election, and the span between them its window (for the latency of writes
-// that overlapped one, whether or not the nemesis caused it).
+// termWatch polls the nodes' Raft terms and leaders. A rise of the term
+// between two polls is an election, and the span between them its window
+// (for the latency of writes that overlapped one, whether or not the
+// nemesis caused it). A leaderless window runs from the last poll at which
+// a leader was known (two nodes name it and it says it leads) to the first
+// poll at which one is known again, or at which another one is: how long
+// the cluster could not commit, by the clock of this test.
 type termWatch struct {
-	c  *cluster
-	h  *history
-	mu sync.Mutex
-	ws []fault
+	c          *cluster
+	h          *history
+	mu         sync.Mutex
+	ws         []fault
+	leaderless []fault
 }
 
 func (tw *termWatch) run(ctx context.Context) {
 	var term uint64
 	prev := tw.h.now()
+	known, lastKnown, gap := "", prev, false
 	for ctx.Err() == nil {
+		infos := make([]map[string]string, len(tw.c.nodes))
+		var wg sync.WaitGroup
+		for i, n := range tw.c.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				defer cancel()
+				infos[i], _ = clusterInfo(octx, n.client)
+			}()
+		}
+		wg.Wait()
+		now := tw.h.now()
 		var m uint64
-		for _, n := range tw.c.nodes {
-			octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			inf, err := clusterInfo(octx, n.client)
-			cancel()
-			if err == nil {
-				v, _ := strconv.ParseUint(inf["term"], 10, 64)
-				m = max(m, v)
+		named := map[string]int{}
+		leads := map[string]bool{}
+		for _, inf := range infos {
+			if inf == nil {
+				continue
+			}
+			v, _ := strconv.ParseUint(inf["term"], 10, 64)
+			m = max(m, v)
+			if id := inf["leader_id"]; id != "" {
+				named[id]++
+			}
+			if inf["role"] == "leader" {
+				leads[inf["node_id"]] = true
 			}
 		}
-		now := tw.h.now()
-		if term != 0 && m > term {
-			tw.mu.Lock()
-			tw.ws = append(tw.ws, fault{Kind: "election", Node: -1, Start: prev, End: now})
-			tw.mu.Unlock()
+		leader := ""
+		for id, k := range named {
+			if k >= 2 && leads[id] {
+				leader = id
+			}
 		}
+		tw.mu.Lock()
+		if term != 0 && m > term {
+			tw.ws = append(tw.ws, fault{Kind: "election", Node: -1, Start: prev, End: now})
+		}
+		switch {
+		case leader == "":
+			gap = true
+		case gap || (known != "" && leader != known):
+			tw.leaderless = append(tw.leaderless, fault{Kind: "leaderless", Node: -1, Start: lastKnown, End: now})
+			gap = false
+		}
+		if leader != "" {
+			known, lastKnown = leader, now
+		}
+		tw.mu.Unlock()
 		term, prev = max(term, m), now
-		pause(ctx, 200*time.Millisecond)
+		pause(ctx, 100*time.Millisecond)
 	}
+	if gap {
+		tw.mu.Lock()
+		tw.leaderless = append(tw.leaderless, fault{Kind: "leaderless", Node: -1, Start: lastKnown, End: never})
+		tw.mu.Unlock()
+	}
+}
+
+// longest returns the longest of the windows that ended.
+func longest(ws []fault) time.Duration {
+	var d int64
+	for _, w := range ws {
+		if w.End != never {
+			d = max(d, w.End-w.Start)
+		}
+	}
+	return time.Duration(d).Round(time.Millisecond)
+}
+
+// leaderlessWindows returns the windows during which no leader was known.
+func (tw *termWatch) leaderlessWindows() []fault {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	return append([]fault(nil), tw.leaderless...)
 }
 
 func (tw *termWatch) windows() []fault {
