@@ -37,7 +37,10 @@ func TestWritesWhileLeaderFrozen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 3-process clusters and freezes their leader; skipped under -short")
 	}
+	// The two faults run side by side, each on its own cluster: a round
+	// spends most of its time waiting out the freeze.
 	t.Run("stop", func(t *testing.T) {
+		t.Parallel()
 		c := newClusterApply(t, nil, freezeApply)
 		c.startAll()
 		frozenLeaderRounds(t, c, func(n *node, frozen bool) error {
@@ -48,6 +51,7 @@ func TestWritesWhileLeaderFrozen(t *testing.T) {
 		})
 	})
 	t.Run("cut", func(t *testing.T) {
+		t.Parallel()
 		lab := needNetLab(t)
 		c := newClusterApply(t, lab, freezeApply)
 		c.startAll()
