@@ -377,24 +377,52 @@ func (t *Tree) Waits(c *Call) bool {
 // waits (WAIT, or a node whose strategy is queue) was charged to this
 // node's own buckets, and gets them back there (engine.Store.RefundWaited).
 func (t *Tree) Refund(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
+	waited := t.Waits(c)
+	return t.adjust(s, now, c, sc, func(r *engine.Request, quota bool) engine.Result {
+		var res engine.Result
+		switch {
+		case quota:
+			s.RefundQuota(now, r, n)
+		case waited:
+			res, _ = s.RefundWaited(now, r.Space, r.Key, r.Limit, n)
+		default:
+			res, _ = s.Refund(now, r.Space, r.Key, r.Limit, n)
+		}
+		return res
+	})
+}
+
+// Charge takes n tokens from every level c charges, quotas included,
+// without asking whether they fit (engine.Store.Charge: a bucket may go
+// into debt, which later calls wait out), and describes the target's
+// tightest level afterwards. It is for a cost known once the work is done,
+// when refusing would undo nothing.
+func (t *Tree) Charge(s *engine.Store, now int64, c *Call, n int64, sc *Scratch) (Outcome, error) {
+	return t.adjust(s, now, c, sc, func(r *engine.Request, quota bool) engine.Result {
+		s.Charge(now, r, n)
+		if quota {
+			return engine.Result{}
+		}
+		peek := *r
+		peek.Cost = 0
+		return s.Acquire(now, peek, 0, true)
+	})
+}
+
+// adjust applies one change to every level c charges (apply is told
+// whether the level is a quota counter, and returns the level's state
+// afterwards), then describes the target's tightest level, always
+// admitted: an inline bucket alone by what apply returned, else as RL.PEEK
+// with COST 0 would.
+func (t *Tree) adjust(s *engine.Store, now int64, c *Call, sc *Scratch, apply func(r *engine.Request, quota bool) engine.Result) (Outcome, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
 	if err := t.charge(now, c, sc, ch, 0); err != nil {
 		return Outcome{}, err
 	}
 	for i := 0; i < ch.n; i++ {
-		r := &ch.reqs[i]
-		if ch.quota[i] {
-			s.RefundQuota(now, r, n)
-			continue
-		}
-		var res engine.Result
-		if t.Waits(c) {
-			res, _ = s.RefundWaited(now, r.Space, r.Key, r.Limit, n)
-		} else {
-			res, _ = s.Refund(now, r.Space, r.Key, r.Limit, n)
-		}
-		if ch.n == 1 && ch.plan == nil {
-			// An inline bucket alone: the refund describes it.
+		res := apply(&ch.reqs[i], ch.quota[i])
+		if ch.n == 1 && ch.plan == nil && !ch.quota[i] {
+			// An inline bucket alone: what apply left describes it.
 			return Outcome{Allowed: 1, Result: res, LimitedBy: c.Path, Levels: 1}, nil
 		}
 	}

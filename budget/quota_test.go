@@ -257,3 +257,41 @@ func TestQuotaRefundStatusAndReset(t *testing.T) {
 		t.Fatal("a quota where none is configured")
 	}
 }
+
+// TestChargeNeverRefuses: a forced charge counts on every level, quotas
+// included, past their limits, and the levels then refuse until the debt
+// is gone.
+func TestChargeNeverRefuses(t *testing.T) {
+	tr := buildTree(t, map[string]string{
+		"org":      `{"sharing":"enforce","sustained":{"rate":100,"window":"minute"},"quota":{"limit":500,"period":"day"}}`,
+		"org/team": `{"sustained":{"rate":1000,"window":"minute"},"scope":"user","quota":{"limit":40,"period":"day"}}`,
+	})
+	s := engine.New(engine.Options{Shards: 4})
+	now := at(t, "UTC", "2026-11-22 18:00")
+	var sc Scratch
+	u1 := func() *Call { return &Call{Path: []byte("org/team"), Subject: []byte("u1")} }
+	o, err := tr.Charge(s, now, u1(), 60, &sc)
+	if err != nil || o.Allowed != 1 || o.Result.Remaining != 0 {
+		t.Fatalf("charge of 60, past the user's quota of 40: %+v %v", o, err)
+	}
+	if st, _, _ := tr.Quota(s, now, &Call{Path: []byte("org/team"), Subject: []byte("u1")}, &sc); st.Used != 60 || st.Limit != 40 {
+		t.Fatalf("u1's quota after the charge: %+v", st)
+	}
+	if st, _, _ := tr.Quota(s, now, &Call{Path: []byte("org")}, &sc); st.Used != 60 {
+		t.Fatalf("org's quota after the charge: %+v", st)
+	}
+	call := u1()
+	call.Cost, call.HasCost = 1, true
+	if o, err := tr.Acquire(s, now, call, &sc); err != nil || o.Allowed != 0 {
+		t.Fatalf("a call after the charge: %+v %v, want refused (quota spent)", o, err)
+	}
+	// Another user: org's rate (100 a minute) has 40 left after the 60.
+	call.Subject, call.Cost = []byte("u2"), 41
+	if o, err := tr.Acquire(s, now, call, &sc); err != nil || o.Allowed != 0 {
+		t.Fatalf("u2 asking 41 of org's 40 left: %+v %v, want refused", o.Result, err)
+	}
+	call.Cost = 40
+	if o, err := tr.Acquire(s, now, call, &sc); err != nil || o.Allowed != 1 {
+		t.Fatalf("u2 asking org's 40 left: %+v %v, want admitted", o.Result, err)
+	}
+}

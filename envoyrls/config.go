@@ -69,6 +69,13 @@ type Limit struct {
 	// The peer's rules name neither: a fixed window of requests_per_unit.
 	Algorithm engine.Algo
 	Burst     int64
+	// StreamDone (apply_on_stream_done:, also sluice's) says the rule's
+	// costs arrive once the response is done, from Envoy's
+	// apply_on_stream_done: a descriptor with hits is charged and never
+	// refused (past what is left, as debt the next requests wait out);
+	// one with hits_addend 0, the request-time check, is refused while the
+	// limit is spent.
+	StreamDone bool
 
 	window time.Duration
 	lim    engine.Limit // fixed window of RequestsPerUnit; unset when 0 or unlimited
@@ -642,7 +649,7 @@ func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
 }
 
 func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
-	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst")
+	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "apply_on_stream_done")
 	if err != nil {
 		return nil, err
 	}
@@ -651,6 +658,9 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		return nil, err
 	}
 	if l.Name, err = str(file, f["name"], "name"); err != nil {
+		return nil, err
+	}
+	if l.StreamDone, err = boolean(file, f["apply_on_stream_done"], "apply_on_stream_done"); err != nil {
 		return nil, err
 	}
 	unit, err := str(file, f["unit"], "unit")
@@ -696,8 +706,8 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 			return nil, &configError{file, b.Line, fmt.Sprintf("burst belongs to token_bucket, gcra and leaky_bucket: a %s admits requests_per_unit a window", l.Algorithm)}
 		}
 	}
-	if l.Unlimited && (f["algorithm"] != nil || f["burst"] != nil) {
-		return nil, &configError{file, n.Line, "should not specify algorithm or burst when unlimited"}
+	if l.Unlimited && (f["algorithm"] != nil || f["burst"] != nil || l.StreamDone) {
+		return nil, &configError{file, n.Line, "should not specify algorithm, burst or apply_on_stream_done when unlimited"}
 	}
 	if !l.Unlimited && l.RequestsPerUnit > 0 {
 		if l.lim, err = engine.NewLimit(l.Algorithm, int64(l.RequestsPerUnit), l.window, l.Burst); err != nil {

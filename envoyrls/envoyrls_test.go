@@ -214,7 +214,7 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", "c.yaml:4: burst belongs to token_bucket, gcra and leaky_bucket: a fixed_window admits requests_per_unit a window"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 0}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1.5}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
-		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, algorithm: gcra}\n", "c.yaml:4: should not specify algorithm or burst when unlimited"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, algorithm: gcra}\n", "c.yaml:4: should not specify algorithm, burst or apply_on_stream_done when unlimited"},
 		{"domain: d\n---\ndomain: d\n", "c.yaml:3: domain 'd' is already configured in c.yaml"},
 	} {
 		_, err := ParseConfig("c.yaml", []byte(tc.yaml))

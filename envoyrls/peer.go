@@ -38,13 +38,13 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 				return false, err
 			}
 			continue
-		case limited, shadow:
+		case limited, shadow, charge:
 		default:
 			continue
 		}
 		// With the stop setting, a descriptor that would go over is
 		// charged (and refused); the others are left as they are.
-		if err := s.chargeOne(p, w, hold && !p.over); err != nil {
+		if err := s.chargeOne(p, w, hold && !p.over && p.kind != charge); err != nil {
 			return false, err
 		}
 		if s.metrics != nil && s.metrics.peer != nil {
@@ -54,6 +54,10 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 		case p.code != codeOver:
 		case p.kind == shadow:
 			p.code, p.shadowHit = codeOK, true
+		case p.kind == charge:
+			// Counted, as every hit is here; a cost after the response
+			// refuses nothing.
+			p.code = codeOK
 		case p.quota:
 			quotasOver++
 		default:
@@ -136,8 +140,11 @@ func (s *Server) countRefused(p *part, w *work, left int64) error {
 		one := p.call
 		one.Cost, one.HasWait = left, true
 		o, err := s.svc.Acquire(&one, &w.sc, nil)
-		if err != nil || o.Allowed != 0 {
+		if err != nil {
 			return err
+		}
+		if o.Allowed != 0 {
+			break // emptied
 		}
 		left = o.Result.Remaining // taken meanwhile by another request
 	}

@@ -112,6 +112,8 @@ func TestPeerRefusedHitsAreCounted(t *testing.T) {
 		{ds(hits(0, "key7", "value7")), "OVER_LIMIT: OVER_LIMIT 0"}, // count 22 > 20
 		{ds(hits(20, "key8", "value8")), "OK: OK 0"},
 		{ds(hits(0, "key8", "value8")), "OK: OK 0"}, // count 20, not past 20
+		{ds(hits(16, "key4", "value4")), "OVER_LIMIT: OVER_LIMIT 0"},
+		{ds(hits(0, "key4", "value4")), "OVER_LIMIT: OVER_LIMIT 0"}, // count 16 > 15, right after
 	})
 	now = t0 + int64(time.Second) // the next window
 	runPeer(t, s, []peerStep{{ds(hits(0, "key7", "value7")), "OK: OK 20"}})

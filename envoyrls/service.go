@@ -88,6 +88,7 @@ const (
 	limited               // charged with the request
 	shadow                // charged, never refusing (shadow_mode)
 	refund                // is_negative_hits: tokens given back
+	charge                // apply_on_stream_done with hits: charged, never refused
 )
 
 // part is one descriptor of a request being decided.
@@ -285,6 +286,11 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 				return nil, err
 			}
 			continue
+		case charge:
+			if err := s.charge(p, w); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if p.deny {
 			p.code, p.remaining, p.limit, p.retry = rlsv3.RateLimitResponse_OVER_LIMIT, 0, 0, -1
@@ -334,6 +340,17 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 // refund gives back the tokens of an is_negative_hits descriptor.
 func (s *Server) refund(p *part, w *work) error {
 	o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
+	if err != nil {
+		return grpcError(err)
+	}
+	p.describe(&o)
+	return nil
+}
+
+// charge takes the hits of an apply_on_stream_done descriptor, never
+// refusing: the cost of a response already sent.
+func (s *Server) charge(p *part, w *work) error {
+	o, err := s.svc.Charge(&p.call, p.call.Cost, &w.sc)
 	if err != nil {
 		return grpcError(err)
 	}
@@ -449,8 +466,12 @@ func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
 	} else {
 		p.call.Rate = &r.Limit.lim
 	}
-	if d.GetIsNegativeHits() && !p.deny {
+	switch {
+	case p.deny:
+	case d.GetIsNegativeHits():
 		p.kind = refund
+	case r.Limit.StreamDone && p.call.Cost > 0:
+		p.kind = charge
 	}
 	return s.inlineKey(domain, entries, r, p, w)
 }

@@ -1,0 +1,114 @@
+package envoyrls
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// streamDoneYAML is the rule of a token-per-minute limit whose costs come
+// from Envoy's apply_on_stream_done: a check of hits_addend 0 when the
+// request arrives, the tokens used when its response is done.
+const streamDoneYAML = `
+domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket, apply_on_stream_done: true}
+  - key: window
+    rate_limit: {unit: minute, requests_per_unit: 1000, apply_on_stream_done: true}
+`
+
+// tokens is one descriptor of key=value with its own hits_addend.
+func tokens(key, value string, hits uint64) *rlcommon.RateLimitDescriptor {
+	d := desc(key, value)
+	d.HitsAddend = wrapperspb.UInt64(hits)
+	return d
+}
+
+// TestApplyOnStreamDone: a rule with apply_on_stream_done charges every
+// cost and refuses none; the request-time check (hits_addend 0) is refused
+// while the charges left the limit in debt, and admitted again once it
+// has refilled. Without the key the same cost past what is left is
+// refused and charges nothing.
+func TestApplyOnStreamDone(t *testing.T) {
+	now := t0
+	s := newServer(t, streamDoneYAML, &now)
+	call := func(d *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != resp.Statuses[0].Code {
+			t.Fatalf("overall %v, descriptor %v", resp.OverallCode, resp.Statuses[0].Code)
+		}
+		return resp.Statuses[0]
+	}
+	expect := func(what string, st *rlsv3.RateLimitResponse_DescriptorStatus, code rlsv3.RateLimitResponse_Code, remaining uint32) {
+		t.Helper()
+		if st.Code != code || st.LimitRemaining != remaining {
+			t.Fatalf("%s: %v with %d remaining, want %v with %d", what, st.Code, st.LimitRemaining, code, remaining)
+		}
+	}
+	expect("check before the first call", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OK, 1000)
+	expect("800 tokens used", call(tokens("tenant", "acme", 800)), rlsv3.RateLimitResponse_OK, 200)
+	expect("check with 200 left", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OK, 200)
+	// 700 more than the 200 left: charged all the same, 500 in debt.
+	expect("700 tokens used past the limit", call(tokens("tenant", "acme", 700)), rlsv3.RateLimitResponse_OK, 0)
+	expect("check in debt", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+	// 1000 a minute: the 500 of debt refill in 30 s; 36 s leave 100.
+	now += int64(29 * time.Second)
+	expect("check after 29 s, 17 tokens of debt left", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+	now += int64(7 * time.Second)
+	expect("check after 36 s", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OK, 100)
+	// Other tenants are untouched.
+	expect("another tenant", call(tokens("tenant", "globex", 0)), rlsv3.RateLimitResponse_OK, 1000)
+
+	// A fixed window: charged past its limit, refused until the window ends.
+	now = t0
+	expect("window: 1500 used", call(tokens("window", "acme", 1500)), rlsv3.RateLimitResponse_OK, 0)
+	expect("window: check", call(tokens("window", "acme", 0)), rlsv3.RateLimitResponse_OVER_LIMIT, 0)
+	now = t0 + int64(time.Minute)
+	expect("window: the next minute", call(tokens("window", "acme", 0)), rlsv3.RateLimitResponse_OK, 1000)
+
+	// Without the key, a cost past what is left is refused and charges
+	// nothing.
+	now = t0
+	plain := newServer(t, `
+domain: llm
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket}
+`, &now)
+	s = plain
+	expect("plain: 800", call(tokens("tenant", "acme", 800)), rlsv3.RateLimitResponse_OK, 200)
+	expect("plain: 700 refused", call(tokens("tenant", "acme", 700)), rlsv3.RateLimitResponse_OVER_LIMIT, 200)
+	expect("plain: check", call(tokens("tenant", "acme", 0)), rlsv3.RateLimitResponse_OK, 200)
+}
+
+// TestApplyOnStreamDoneAsThePeer: run as envoyproxy/ratelimit (every hit
+// counted, descriptors charged one by one), a cost past the limit is
+// counted and answered OK, and the next check of the window is refused.
+func TestApplyOnStreamDoneAsThePeer(t *testing.T) {
+	now := t0
+	s := newServer(t, streamDoneYAML, &now)
+	s.SetOptions(Options{PerDescriptor: true, RulesOnly: true})
+	call := func(hits uint64) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*rlcommon.RateLimitDescriptor{tokens("window", "acme", hits)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	if got := call(1500); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("1500 tokens used of 1000: %v, want OK (counted, never refused)", got)
+	}
+	if got := call(0); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the check after: %v, want OVER_LIMIT", got)
+	}
+}
