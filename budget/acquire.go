@@ -96,6 +96,7 @@ type Scratch struct {
 // keys are the keys built for one part of a call.
 type keys struct {
 	b, q []byte
+	r    []byte // a requests level's key, when built per call
 	qlim engine.Limit // an inline part's quota limit
 }
 
@@ -225,6 +226,27 @@ func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64,
 	for i := range plan.Levels {
 		lv := &plan.Levels[i]
 		key := lv.Key
+		if lv.PerCall {
+			// Each call counts 1 on its node's requests, whatever its cost
+			// (a call of COST 0, which only looks, counts nothing).
+			if key == nil {
+				sc.r = append(sc.r[:0], ReqPrefix...)
+				switch s := lv.Node.Config.Scope; s {
+				case User, IP, Route:
+					if len(c.Subject) == 0 {
+						return errKeyRequired(c.Path, s)
+					}
+					sc.r = append(append(append(sc.r, c.Path...), '#'), c.Subject...)
+				default:
+					sc.r = append(sc.r, c.Path...)
+				}
+				key = sc.r
+			}
+			if err := ch.add(engine.Request{Space: engine.SpaceBudget, Key: key, Limit: lv.Limit, Cost: min(cost, 1)}, uint8(i), false, part); err != nil {
+				return err
+			}
+			continue
+		}
 		if key == nil {
 			switch s := lv.Node.Config.Scope; s {
 			case User, IP, Route:
@@ -256,6 +278,40 @@ func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64,
 		}
 	}
 	return nil
+}
+
+// describeCost describes an admitted call r by its tightest level that
+// counts cost rather than calls, as RL.PEEK with COST 0 would: a node's
+// requests count in another unit (calls), and their few left would
+// otherwise always be the fewest. With no such level, r stays.
+func (ch *charges) describeCost(s *engine.Store, now int64, r engine.Result) engine.Result {
+	var reqs [engine.MaxLevels]engine.Request
+	var from [engine.MaxLevels]int
+	k := 0
+	for i := 0; i < ch.n; i++ {
+		if !ch.perCall(i) {
+			reqs[k], from[k] = ch.reqs[i], i
+			reqs[k].Cost = 0
+			k++
+		}
+	}
+	if k == 0 {
+		return r
+	}
+	var d engine.Result
+	if k == 1 {
+		d = s.Acquire(now, reqs[0], 0, true)
+	} else {
+		d = s.AcquireAll(now, reqs[:k], 0, true)
+	}
+	r.Remaining, r.Limit, r.ResetAfter, r.Level = d.Remaining, d.Limit, d.ResetAfter, from[d.Level]
+	return r
+}
+
+// perCall reports whether request i counts calls (a node's requests).
+func (ch *charges) perCall(i int) bool {
+	plan := ch.planOf(i)
+	return plan != nil && plan.Levels[ch.from[i]].PerCall
 }
 
 // period returns the period of quota request i.
@@ -293,6 +349,9 @@ func (ch *charges) name(i int, buf *[]byte) []byte {
 		return *buf
 	case lv.Name != nil:
 		return lv.Name
+	case lv.PerCall:
+		*buf = append(append((*buf)[:0], RequestsPrefix...), ch.reqs[i].Key[len(ReqPrefix):]...)
+		return *buf
 	}
 	return ch.reqs[i].Key
 }
@@ -345,6 +404,9 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		r = s.Acquire(now, ch.reqs[0], wait*int64(time.Millisecond), c.DryRun)
 	} else {
 		r = s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
+	}
+	if r.Allowed && n > 1 && ch.perCall(r.Level) {
+		r = ch.describeCost(s, now, r)
 	}
 	if r.Refused && ch.plan != nil {
 		// An inline call (and CL.THROTTLE) is denied with the retry
@@ -420,6 +482,9 @@ func (t *Tree) adjust(s *engine.Store, now int64, c *Call, sc *Scratch, apply fu
 		return Outcome{}, err
 	}
 	for i := 0; i < ch.n; i++ {
+		if ch.perCall(i) {
+			continue // a refund or a charge is of cost; the call counted 1
+		}
 		res := apply(&ch.reqs[i], ch.quota[i])
 		if ch.n == 1 && ch.plan == nil && !ch.quota[i] {
 			// An inline bucket alone: what apply left describes it.

@@ -342,6 +342,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		`{"max_wait_ms":-1}`:                                               "ERR max_wait_ms must be an integer between 0 and 60000",
 		`{"cost":-1}`:                                                      "ERR cost must be an integer between 0 and 1000000000000",
 		`{"concurrency":1000001}`:                                          "ERR concurrency must be an integer between 0 and 1000000",
+		`{"requests":{"rate":0}}`:                                          "ERR requests.rate must be an integer between 1 and 1000000000000",
+		`{"requests":{"window":"minute"}}`:                                 "ERR requests.rate is required",
+		`{"requests":{"rate":5,"window":"fortnight"}}`:                     "ERR requests.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d",
 		`{"colour":"red"}`:                                                 `ERR budget config: unknown field "colour"`,
 		`[1,2]`:                                                            "ERR budget config is not a JSON object: field  must be a map[string]json.RawMessage",
 		`{"sustained":{"rate":5},"algorithm":"fixed_window","burst":{"capacity":9}}`: "ERR burst.capacity must equal sustained.rate for fixed_window (a window admits sustained.rate requests)",
@@ -365,12 +368,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 }
 
 func TestKeywordsMatchJSON(t *testing.T) {
-	kw, err := ParseKeywords(bytesArgs("RATE 5000 PER minute BURST 500 SHARING enforce MODE allocated TOTAL 5000 OVERCOMMIT 1.2 SCOPE user STRATEGY queue MAXWAIT 250 COST 2 ALGO gcra CONCURRENCY 7"))
+	kw, err := ParseKeywords(bytesArgs("RATE 5000 PER minute BURST 500 SHARING enforce MODE allocated TOTAL 5000 OVERCOMMIT 1.2 SCOPE user STRATEGY queue MAXWAIT 250 COST 2 ALGO gcra CONCURRENCY 7 REQUESTS 60 PER minute"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, err := ParseJSON([]byte(`{"rate_limit":{"sharing":"enforce","algorithm":"gcra","sustained":{"rate":5000,"window":"minute"},"burst":{"capacity":500},
-		"budget":{"mode":"allocated","total":5000,"overcommit_ratio":1.2},"scope":"user","strategy":"queue","max_wait_ms":250,"cost":2,"concurrency":7}}`))
+		"budget":{"mode":"allocated","total":5000,"overcommit_ratio":1.2},"scope":"user","strategy":"queue","max_wait_ms":250,"cost":2,"concurrency":7,"requests":{"rate":60,"window":"minute"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,16 +383,24 @@ func TestKeywordsMatchJSON(t *testing.T) {
 	// The full form round-trips.
 	b, _ := json.Marshal(js)
 	back, err := ParseJSON(b)
-	if err != nil || back != js || !strings.Contains(string(b), `"concurrency":7`) {
+	if err != nil || back != js || !strings.Contains(string(b), `"concurrency":7`) || !strings.Contains(string(b), `"requests":{"rate":60,"window":"minute"}`) {
 		t.Fatalf("round trip %s: %+v %v", b, back, err)
 	}
 	// A node without a concurrency limit is written as before.
 	b, _ = json.Marshal(Config{})
-	if strings.Contains(string(b), "concurrency") {
+	if strings.Contains(string(b), "concurrency") || strings.Contains(string(b), "requests") {
 		t.Fatalf("no limit written as %s", b)
 	}
 	if _, err := ParseKeywords(bytesArgs("CONCURRENCY many")); err == nil || err.Error() != "ERR CONCURRENCY must be an integer between 0 and 1000000" {
 		t.Fatalf("CONCURRENCY many: %v", err)
+	}
+	if _, err := ParseKeywords(bytesArgs("REQUESTS many")); err == nil || err.Error() != "ERR REQUESTS must be an integer between 1 and 1000000000000" {
+		t.Fatalf("REQUESTS many: %v", err)
+	}
+	// REQUESTS without PER: per second, as RATE.
+	kw, err = ParseKeywords(bytesArgs("RATE 10 REQUESTS 3"))
+	if err != nil || kw.RequestsRate != 3 || kw.RequestsWindow != time.Second {
+		t.Fatalf("REQUESTS 3: %+v %v", kw, err)
 	}
 }
 

@@ -111,6 +111,12 @@ type Config struct {
 	// Concurrency is how many reservations may be in flight at once (per
 	// subject, keyed as the node's own bucket by its scope); 0: no limit.
 	Concurrency int64
+	// Requests limits calls rather than their cost: RequestsRate calls per
+	// RequestsWindow (0: none), each call counting 1 whatever its COST,
+	// per subject as the node's own bucket. A settlement leaves it as it
+	// is (the call happened); a release gives its 1 back.
+	RequestsRate   int64
+	RequestsWindow time.Duration
 }
 
 // Quota is a calendar quota: Limit tokens per quota.Period in Timezone.
@@ -172,6 +178,7 @@ type configJSON struct {
 	ResponseHeaders *bool        `json:"response_headers,omitempty"`
 	Quota           *quotaJS     `json:"quota,omitempty"`
 	Concurrency     *number      `json:"concurrency,omitempty"`
+	Requests        *sustainedJS `json:"requests,omitempty"`
 }
 
 // number is a JSON number kept as written, so that a wrong type can be
@@ -360,6 +367,23 @@ func (js *configJSON) config() (Config, error) {
 			return c, err
 		}
 	}
+	if r := js.Requests; r != nil {
+		if r.Rate == nil {
+			return c, errf("requests.rate is required")
+		}
+		if c.RequestsRate, err = intField(r.Rate, "requests.rate", 1, engine.MaxRate); err != nil {
+			return c, err
+		}
+		c.RequestsWindow = time.Second
+		if r.Window != nil {
+			if c.RequestsWindow, err = ParseWindow(*r.Window); err != nil {
+				return c, errf("requests.window %v", err)
+			}
+		}
+		if _, err := c.RequestsLimit(); err != nil {
+			return c, err
+		}
+	}
 	if js.ResponseHeaders != nil {
 		c.ResponseHeaders = *js.ResponseHeaders
 	}
@@ -421,6 +445,20 @@ func (c *Config) Validate() error {
 }
 
 // Limit returns the node's own limit (HasLimit must be true).
+// RequestsLimit is the engine limit of the node's requests (calls per
+// window, each counting 1), under the node's algorithm with a burst of the
+// rate; ok is false when the node sets none.
+func (c *Config) RequestsLimit() (*engine.Limit, error) {
+	if c.RequestsRate == 0 {
+		return nil, nil
+	}
+	l, err := engine.NewLimit(c.Algorithm, c.RequestsRate, c.RequestsWindow, c.RequestsRate)
+	if err != nil {
+		return nil, errf("requests: %v", err)
+	}
+	return &l, nil
+}
+
 func (c *Config) Limit() (engine.Limit, error) {
 	burst := c.Burst
 	if burst == 0 {
@@ -471,6 +509,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		ResponseHeaders bool   `json:"response_headers"`
 		Quota           *quo   `json:"quota,omitempty"`
 		Concurrency     int64  `json:"concurrency,omitempty"`
+		Requests        *sus   `json:"requests,omitempty"`
 	}{
 		Sharing: c.Sharing.String(), Algorithm: c.Algorithm.String(),
 		Sustained: sus{Window: FormatWindow(c.Window)},
@@ -489,13 +528,17 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.Quota != nil {
 		out.Quota = &quo{Limit: c.Quota.Limit, Period: c.Quota.Period, Timezone: c.Quota.Timezone}
 	}
+	if c.RequestsRate > 0 {
+		out.Requests = &sus{Rate: c.RequestsRate, Window: FormatWindow(c.RequestsWindow)}
+	}
 	return json.Marshal(out)
 }
 
 // ParseKeywords parses the keyword form of RL.BUDGET SET (everything after
 // the path): RATE n, PER unit, BURST n, ALGO a, SHARING s, MODE m, TOTAL n,
 // OVERCOMMIT x, SCOPE s, STRATEGY s, MAXWAIT ms, COST n, QUOTA n PER
-// period [TZ zone], RESPONSE_HEADERS yes|no, CONCURRENCY n.
+// period [TZ zone], RESPONSE_HEADERS yes|no, CONCURRENCY n, REQUESTS n
+// [PER window].
 func ParseKeywords(args [][]byte) (Config, error) {
 	js := configJSON{}
 	str := func(b []byte) *string { s := string(b); return &s }
@@ -567,6 +610,16 @@ func ParseKeywords(args [][]byte) (Config, error) {
 				return Config{}, errf("COST must be an integer between 0 and %d", int64(engine.MaxCost))
 			}
 			js.Cost = num(v)
+		case "REQUESTS":
+			if !isInt(v) {
+				return Config{}, errf("REQUESTS must be an integer between 1 and %d", int64(engine.MaxRate))
+			}
+			js.Requests = &sustainedJS{Rate: num(v)}
+			// PER may follow REQUESTS n: the requests' window.
+			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "PER") {
+				js.Requests.Window = str(args[i+2])
+				i += 2
+			}
 		case "CONCURRENCY":
 			if !isInt(v) {
 				return Config{}, errf("CONCURRENCY must be an integer between 0 and %d", int64(MaxConcurrency))

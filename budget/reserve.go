@@ -19,6 +19,11 @@ func (sc *Scratch) ChargedLevel(i int) (*engine.Request, []byte) {
 	return &sc.ch.reqs[i], sc.ch.name(i, &sc.held)
 }
 
+// ChargedPerCall reports whether request i of the last Acquire on sc
+// counted the call rather than its cost (a node's requests): a
+// settlement leaves it, a release gives back its 1.
+func (sc *Scratch) ChargedPerCall(i int) bool { return sc.ch.perCall(i) }
+
 // ConcurrencyPrefix starts the limited_by of a call refused for want of a
 // concurrency slot.
 const ConcurrencyPrefix = "concurrency:"

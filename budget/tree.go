@@ -28,6 +28,7 @@ type Node struct {
 	own *engine.Limit // the node's own limit, or nil
 	eff *engine.Limit // effective limit (docs/budgets.md, "Effective limits"), or nil
 	agg *engine.Limit // aggregate bucket's limit, or nil
+	req *engine.Limit // its requests' limit (Config.RequestsRate), or nil
 
 	label    string // metrics label: the first path segment
 	exact    Plan   // a call addressed to this node
@@ -66,6 +67,10 @@ type Level struct {
 	QuotaKey  []byte
 	QuotaName []byte
 	QuotaOnly bool
+	// PerCall marks the level of a node's requests (Config.RequestsRate):
+	// each call counts 1 there whatever its cost, under ReqPrefix and the
+	// node's own key.
+	PerCall bool
 }
 
 // Plan is every bucket one call to a path charges, aggregates (root first)
@@ -206,10 +211,22 @@ func (t *Tree) Resolve(path []byte) (p *Plan, implicit bool, ok bool) {
 // aggSuffix marks aggregate bucket keys; paths cannot contain it.
 const aggSuffix = "\x01"
 
+// ReqPrefix starts the key of a node's requests bucket (its own bucket's
+// key after it): no path starts with it. RequestsPrefix starts what
+// limited_by reports for that level.
+const (
+	ReqPrefix      = "\x02"
+	RequestsPrefix = "requests:"
+)
+
 // derive computes own, effective and aggregate limits; the parent's are
 // already known.
 func (n *Node) derive() error {
 	c := &n.Config
+	var err error
+	if n.req, err = c.RequestsLimit(); err != nil {
+		return fmt.Errorf("%s: %v", n.Path, err)
+	}
 	if c.HasLimit {
 		l, err := c.Limit()
 		if err != nil {
@@ -324,6 +341,7 @@ func (n *Node) plans() {
 		exact = append(exact, own)
 		withQuotas(exact[len(exact)-1:])
 	}
+	exact = n.withRequests(exact, ownKeyed)
 	n.exact = Plan{Config: n, Levels: exact}
 	// Calls to unconfigured descendants: the aggregates, plus an own bucket
 	// with n's effective limit when n shares its limit with children and is
@@ -339,7 +357,24 @@ func (n *Node) plans() {
 		implicit = append(implicit, own)
 		withQuotas(implicit[len(implicit)-1:])
 	}
+	if c.Sharing != Private {
+		implicit = n.withRequests(implicit, c.Scope == Global)
+	}
 	n.implicit = Plan{Config: n, Levels: implicit}
+}
+
+// withRequests appends the level of n's requests, if it limits them:
+// keyed by the node's path when keyed, else by the call's own key (built
+// per call).
+func (n *Node) withRequests(levels []Level, keyed bool) []Level {
+	if n.req == nil {
+		return levels
+	}
+	lv := Level{Limit: n.req, Node: n, PerCall: true}
+	if keyed {
+		lv.Key, lv.Name = []byte(ReqPrefix+n.Path), []byte(RequestsPrefix+n.Path)
+	}
+	return append(levels, lv)
 }
 
 // withQuotas attaches to each level the quota of the node that governs it.

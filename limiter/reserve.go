@@ -91,6 +91,7 @@ func (s *Service) record(h *reserve.Hold, sc *Scratch) {
 	h.Grow(levels, size)
 	for i := 0; i < levels; i++ {
 		h.AddLevel(sc.b.ChargedLevel(i))
+		h.Levels[i].PerCall = sc.b.ChargedPerCall(i)
 	}
 }
 
@@ -207,7 +208,7 @@ func (s *Service) Settle(id string, n int64) (Outcome, error) {
 		return Outcome{}, err
 	}
 	now := s.Clock()
-	s.adjust(h, now, n-h.Estimate)
+	s.adjust(h, now, n-h.Estimate, false)
 	s.event("settled", h)
 	return s.describe(h, now), nil
 }
@@ -219,7 +220,7 @@ func (s *Service) Release(id string) (bool, error) {
 	if h == nil {
 		return false, err
 	}
-	s.adjust(h, s.Clock(), -h.Estimate)
+	s.adjust(h, s.Clock(), -h.Estimate, true)
 	s.event("released", h)
 	return true, nil
 }
@@ -261,10 +262,18 @@ func (s *Service) take(id string) (*reserve.Hold, error) {
 }
 
 // adjust charges delta more tokens (or gives -delta back) on every level h
-// charged.
-func (s *Service) adjust(h *reserve.Hold, now, delta int64) {
+// charged by its cost; a level that counted the call (a node's requests)
+// is left as it is, unless release gives back its 1.
+func (s *Service) adjust(h *reserve.Hold, now, delta int64, release bool) {
 	for i := range h.Levels {
 		r := h.Levels[i].Request()
+		delta := delta
+		if h.Levels[i].PerCall {
+			if !release || h.Estimate == 0 {
+				continue
+			}
+			delta = -1
+		}
 		switch {
 		case delta > 0:
 			s.Store.Charge(now, &r, delta)
@@ -279,21 +288,30 @@ func (s *Service) adjust(h *reserve.Hold, now, delta int64) {
 }
 
 // describe answers for h's levels as RL.PEEK with COST 0 would: the
-// tightest level now.
+// tightest level now that counts cost (a node's requests count calls, in
+// another unit), or of all levels when none does.
 func (s *Service) describe(h *reserve.Hold, now int64) Outcome {
 	n := len(h.Levels)
 	if n == 0 {
 		return Outcome{Allowed: 1, Unlimited: true, Result: engine.Result{Allowed: true, Remaining: -1, Limit: -1}}
 	}
 	var reqs [engine.MaxLevels]engine.Request
-	for i := range h.Levels {
-		reqs[i] = h.Levels[i].Request()
+	var from [engine.MaxLevels]int
+	k := 0
+	for pass := 0; pass < 2 && k == 0; pass++ {
+		for i := range h.Levels {
+			if pass == 1 || !h.Levels[i].PerCall {
+				reqs[k], from[k] = h.Levels[i].Request(), i
+				k++
+			}
+		}
 	}
 	var r engine.Result
-	if n == 1 {
+	if k == 1 {
 		r = s.Store.Acquire(now, reqs[0], 0, true)
 	} else {
-		r = s.Store.AcquireAll(now, reqs[:n], 0, true)
+		r = s.Store.AcquireAll(now, reqs[:k], 0, true)
 	}
+	r.Level = from[r.Level]
 	return Outcome{Allowed: 1, Result: r, LimitedBy: h.Levels[r.Level].Name, Cost: h.Estimate, Levels: n}
 }

@@ -323,3 +323,78 @@ func TestSlotOwner(t *testing.T) {
 		}
 	}
 }
+
+// One node limits tokens and requests: each reservation counts its
+// estimate of tokens and 1 request; a settlement moves the tokens only
+// (the call happened), a release gives both back, and a refund leaves the
+// request counted.
+func TestTokensAndRequestsInOneNode(t *testing.T) {
+	s, _ := reserving(t, `{"budgets":{
+ "llm": {"scope":"user","sustained":{"rate":100000,"window":"minute"},"requests":{"rate":3,"window":"minute"},"quota":{"limit":5000000,"period":"month"},"concurrency":4}
+}}`, 10)
+	var sc limiter.Scratch
+	call := func(subject string, cost int64) *limiter.Call {
+		return &limiter.Call{Path: []byte("llm"), Subject: []byte(subject), Cost: cost, HasCost: true}
+	}
+	reserve := func(cost int64) (limiter.Outcome, string) {
+		t.Helper()
+		out, id, err := s.Reservation(call("acme", cost), limiter.ReserveOpts{TTL: int64(time.Minute)}, &sc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, id
+	}
+	refused := func(what string, cost int64, by string, limit int64) {
+		t.Helper()
+		if out, id := reserve(cost); out.Allowed != 0 || id != "" || string(out.LimitedBy) != by || out.Result.Limit != limit {
+			t.Fatalf("%s: allowed %d id %q limited by %s %+v, want refused by %s of %d", what, out.Allowed, id, out.LimitedBy, out.Result, by, limit)
+		}
+	}
+	admitted := func(what string, cost int64) string {
+		t.Helper()
+		out, id := reserve(cost)
+		if out.Allowed != 1 || id == "" {
+			t.Fatalf("%s: %+v %s, want admitted", what, out.Result, out.LimitedBy)
+		}
+		return id
+	}
+	id1 := admitted("first", 4000)
+	if o, err := s.Settle(id1, 2750); err != nil || string(o.LimitedBy) != "llm#acme" || o.Result.Remaining != 97250 {
+		t.Fatalf("settle: %+v %s %v", o.Result, o.LimitedBy, err)
+	}
+	// The tokens: 97250 left after the settlement.
+	refused("97251 tokens", 97251, "llm#acme", 100000)
+	id2 := admitted("second", 1000)
+	admitted("third", 1)
+	// Three requests this minute (the settled one included): the fourth
+	// is refused by the requests, tokens to spare.
+	refused("fourth request", 1, "requests:llm#acme", 3)
+	// A release gives the request back.
+	if ok, err := s.Release(id2); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	admitted("after a release", 1)
+	// A refund gives tokens back, not requests.
+	if _, err := s.Refund(call("acme", 0), 500, &sc); err != nil {
+		t.Fatal(err)
+	}
+	refused("after a refund", 1, "requests:llm#acme", 3)
+	// Another subject has its own requests.
+	if out, _, err := s.Reservation(call("globex", 10), limiter.ReserveOpts{TTL: int64(time.Minute)}, &sc, nil); err != nil || out.Allowed != 1 {
+		t.Fatalf("another subject: %+v %v", out, err)
+	}
+	// The monthly quota: 2750 settled + 1 + 1 held − 500 refunded.
+	q, err := s.Quota(call("acme", 0), &sc)
+	if err != nil || q.Used != 2252 {
+		t.Fatalf("quota used %d, want 2252 (%v)", q.Used, err)
+	}
+	// An admitted call is described by its tokens, not by the few
+	// requests left; COST 0 only looks (and counts no request).
+	if o, err := s.Peek(call("acme", 0), &sc); err != nil || o.Allowed != 1 || string(o.LimitedBy) != "llm#acme" || o.Result.Remaining != 97748 {
+		t.Fatalf("peek: %+v %s %v", o.Result, o.LimitedBy, err)
+	}
+	// An acquire counts a request too.
+	if o, err := s.Acquire(call("acme", 1), &sc, nil); err != nil || o.Allowed != 0 || string(o.LimitedBy) != "requests:llm#acme" {
+		t.Fatalf("acquire: %+v %s %v", o.Result, o.LimitedBy, err)
+	}
+}

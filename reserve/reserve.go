@@ -17,7 +17,11 @@ import (
 // Level is one request a reservation charged: enough to give tokens back
 // or charge more later, whatever the budget tree has become since.
 type Level struct {
-	Space      engine.Space
+	Space engine.Space
+	// PerCall: the level counted the call (1), not its cost; a
+	// settlement leaves it as it is and a release gives the 1 back. (Next
+	// to Space, in the padding before Key.)
+	PerCall    bool
 	Key        []byte // in the hold's arena
 	Limit      engine.Limit
 	Start, End int64  // a quota counter's period
