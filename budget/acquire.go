@@ -96,7 +96,7 @@ type Scratch struct {
 // keys are the keys built for one part of a call.
 type keys struct {
 	b, q []byte
-	r    []byte // a requests level's key, when built per call
+	r    []byte       // a requests level's key, when built per call
 	qlim engine.Limit // an inline part's quota limit
 }
 
