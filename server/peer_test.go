@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/commands"
-	"github.com/sluice-rl/sluice/internal/resptest"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // forgedBatch is an RL.QUOTASYNC payload counting used calls of key i|k.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/commands"
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // committedQuota waits until n's replica holds used tokens in key's
