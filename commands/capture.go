@@ -5,6 +5,8 @@ import (
 	"net"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/access"
 )
 
 // Capture is a redcon.Conn that keeps replies in memory: the server runs
@@ -61,7 +63,7 @@ func (c *Capture) NetConn() net.Conn              { return nil }
 // raw reply.
 func (env *Env) Run(args ...string) []byte {
 	c := NewCapture()
-	s := NewSession(0, "internal", "", RoleAdmin, func() {})
+	s := NewSession(0, "internal", "", access.RoleAdmin, func() {})
 	if env.Cluster != nil {
 		s.setPeer(env.Cluster.ID()) // the node itself
 	}

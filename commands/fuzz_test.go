@@ -3,6 +3,7 @@ package commands
 import (
 	"bufio"
 	"bytes"
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/reserve"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func testEnv(t testing.TB) *Env {
 	env := &Env{
 		Store:   store,
 		Now:     func() int64 { return int64(19676*86400) * int64(time.Second) },
-		Clients: NewClients(), Auth: NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
+		Clients: NewClients(), Auth: access.NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
 		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,
 		Settings: func() []Setting { return nil },
 		Cluster:  node,
@@ -101,7 +102,7 @@ func FuzzCommands(f *testing.F) {
 		if name := string(bytes.ToUpper(args[0])); name == "QUIT" || name == "CLIENT" && len(args) > 1 && bytes.EqualFold(args[1], []byte("KILL")) {
 			return
 		}
-		s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+		s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 		c := NewCapture()
 		before := env.Store.Len()
 		env.Exec(c, s, args)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/commands"
 )
 
@@ -165,13 +166,13 @@ func (c *conn) serve() error {
 	sess.ReadBuf.Store(int64(len(c.buf)))
 	sess.ReadPeak.Store(int64(len(c.buf)))
 	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
-	preAuth := sess.Role() == commands.RoleNone
+	preAuth := sess.Role() == access.RoleNone
 	for {
 		// Run every complete command in the buffer.
 		for c.r < c.w {
 			use := lim
 			if preAuth {
-				if preAuth = sess.Role() == commands.RoleNone; preAuth {
+				if preAuth = sess.Role() == access.RoleNone; preAuth {
 					use = preAuthLimits
 				}
 			}
@@ -266,7 +267,7 @@ func (c *conn) setReadDeadline(sess *commands.Session) {
 		at, why = time.Now().Add(t), "idle"
 	}
 	if !c.authBy.IsZero() {
-		if sess.Role() != commands.RoleNone {
+		if sess.Role() != access.RoleNone {
 			c.authBy = time.Time{}
 		} else if at.IsZero() || c.authBy.Before(at) {
 			at, why = c.authBy, "auth_timeout"

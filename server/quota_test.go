@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/testsupport/resptest"
 	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
@@ -325,7 +325,7 @@ func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
 func TestQuotaBatchFromTheFutureIsRefused(t *testing.T) {
 	n := startNode(t, nil)
 	c := resptest.Dial(t, n.Server.RespAddr())
-	if got := c.Do("AUTH", commands.PeerUserPrefix+n.Raft.ID(), commands.PeerToken("", n.Raft.ID())); got != "+OK" {
+	if got := c.Do("AUTH", access.PeerUserPrefix+n.Raft.ID(), access.PeerToken("", n.Raft.ID())); got != "+OK" {
 		t.Fatal(got) // internal commands come from nodes only
 	}
 	future := `{"seq":18446744073709551615,"now":1,"quotas":[{"key":"aXxr","limit":5,"start":0,"end":9999999999999999999,"used":1,"period":"day UTC"}]}`

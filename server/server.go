@@ -38,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/console"
 	"github.com/sluice-rl/sluice/engine"
@@ -84,7 +85,7 @@ type Server struct {
 
 // New builds a node from a validated config. It binds nothing yet.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	acl, err := LoadACL(cfg.ACLFile)
+	acl, err := access.LoadACL(cfg.ACLFile)
 	if err != nil {
 		return nil, err
 	}
@@ -100,8 +101,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.env = &commands.Env{
 		Store:     store,
 		Clients:   commands.NewClients(),
-		Auth:      commands.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
-		PeerAuth:  commands.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
+		Auth:      access.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
+		PeerAuth:  access.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
 		Metrics:   commands.NewMetrics(reg),
 		Registry:  reg,
 		Version:   Version,
@@ -169,11 +170,11 @@ func (s *Server) reserveBuffer(n int64) bool {
 const PeerUser = "sluice-peer"
 
 // peerUser adds the peer user to the ACL users when --peer-password is set.
-func peerUser(cfg Config, acl []commands.ACLUser) []commands.ACLUser {
+func peerUser(cfg Config, acl []access.User) []access.User {
 	if cfg.PeerPassword == "" {
 		return acl
 	}
-	return append(acl, commands.ACLUser{Name: PeerUser, Role: commands.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
+	return append(acl, access.User{Name: PeerUser, Role: access.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
 }
 
 // peerSecret is the cluster secret nodes prove themselves to each other
@@ -187,7 +188,7 @@ func (c *Config) peerSecret() string {
 
 // peerLogin returns the user and password node id authenticates as.
 func (c *Config) peerLogin(id string) (user, password string) {
-	return commands.PeerUserPrefix + id, commands.PeerToken(c.peerSecret(), id)
+	return access.PeerUserPrefix + id, access.PeerToken(c.peerSecret(), id)
 }
 
 // Env exposes the shared command environment (for tests and wiring).
@@ -358,15 +359,6 @@ func (s *Server) sweep() {
 	}
 }
 
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // accept admits or refuses a new connection and creates its session.
 func (s *Server) accept(c *conn) bool {
 	m := s.env.Metrics
@@ -378,16 +370,16 @@ func (s *Server) accept(c *conn) bool {
 	if s.draining.Load() {
 		return refuse("shutdown", "ERR server is shutting down")
 	}
-	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !isLoopback(c.addr) {
-		return refuse("protected_mode", "DENIED sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted.")
+	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !access.IsLoopback(c.addr) {
+		return refuse("protected_mode", "DENIED "+access.ProtectedMode)
 	}
 	if s.ln.count.Load() > int64(s.cfg.MaxClients) {
 		return refuse("maxclients", "ERR max number of clients reached")
 	}
 	m.ConnectionsReceived.Inc()
-	role := commands.RoleAdmin
+	role := access.RoleAdmin
 	if s.env.Auth.Required() {
-		role = commands.RoleNone
+		role = access.RoleNone
 		if s.cfg.AuthTimeout > 0 {
 			c.authBy = time.Now().Add(s.cfg.AuthTimeout)
 		}
@@ -464,14 +456,14 @@ func (s *Server) httpHandler() http.Handler {
 // httpAccess checks a caller of the HTTP API: refund needs the admin
 // role, the rest the limiter role.
 func (s *Server) httpAccess(r *http.Request, admin bool) error {
-	need := commands.RoleLimiter
+	need := access.RoleLimiter
 	if admin {
-		need = commands.RoleAdmin
+		need = access.RoleAdmin
 	}
-	switch refusal, msg := s.access(r.RemoteAddr, r.Header.Get("Authorization"), need); refusal {
-	case refuseUnauthenticated:
+	switch refusal, msg := s.env.Auth.CheckCaller(r.RemoteAddr, r.Header.Get("Authorization"), need, s.cfg.ProtectedMode); refusal {
+	case access.Unauthenticated:
 		return &httpapi.Denied{Status: http.StatusUnauthorized, Msg: msg}
-	case refuseForbidden:
+	case access.Forbidden:
 		return &httpapi.Denied{Status: http.StatusForbidden, Msg: msg}
 	}
 	return nil
