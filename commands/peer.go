@@ -1,8 +1,6 @@
 package commands
 
 import (
-	"time"
-
 	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
@@ -46,11 +44,6 @@ func fromPeer(ctx *Ctx, from []byte) bool {
 	return true
 }
 
-// maxForwardedSkew is how far ahead of this node's clock a forwarded quota
-// batch may be numbered or dated (as RL.QUOTASYNC allows): clocks of nodes
-// differ by far less.
-const maxForwardedSkew = time.Hour
-
 // checkForwarded validates an entry a node forwards to the leader
 // (RL.CLUSTER APPLY) against the node that sends it: what it writes on
 // its own behalf must name it, and a batch of quota counts must not be
@@ -68,8 +61,7 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 		return false
 	}
 	if e.Type == raftfsm.QuotaAdd {
-		horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxForwardedSkew)
-		if e.Seq == 0 || e.Seq > uint64(horizon) || e.Now > horizon {
+		if e.Seq == 0 || ctx.Env.Service.AheadOfClock(e.Seq, e.Now) {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: quota batch number or time more than an hour ahead of this node's clock")
 			return false
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
-	"github.com/sluice-rl/sluice/usage"
 )
 
 // Session is one client connection's state.
@@ -252,7 +251,8 @@ func (s *Session) Line(now time.Time) string {
 // Env is everything handlers share: the engine, the clock, the client
 // table, credentials, metrics and settings.
 type Env struct {
-	Store    *engine.Store
+	// Now, if set, is the clock commands decide at (tests fix it); else
+	// each command reads the clock once as it starts.
 	Now      func() int64
 	Clients  *Clients
 	Auth     *access.Auth
@@ -275,16 +275,13 @@ type Env struct {
 	Cluster Cluster
 	// SyncInterval is --sync-interval, reported by RL.CLUSTER INFO.
 	SyncInterval time.Duration
-	// Peers records the consumption messages of other nodes.
-	Peers Peers
-	// Service is the limiter every limiting command calls.
+	// Service is the limiter every limiting and peer command calls; the
+	// node's wiring builds it.
 	Service *limiter.Service
 	// ClientMemory, if set, takes n more bytes of the bound on every
 	// client's buffers together (--max-client-buffers), or gives -n back;
 	// it refuses growth past the bound. Queued transactions count in it.
 	ClientMemory func(n int64) bool
-
-	labels atomic.Pointer[budgetLabels]
 }
 
 // Setting is one configuration value as CONFIG GET shows it.
@@ -305,11 +302,4 @@ type InfoField struct {
 func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx {
 	s.ctx = Ctx{Conn: c, Args: args, S: s, Env: env, Cmd: cmd}
 	return &s.ctx
-}
-
-// NewService returns a limiter on env's store, with env's clock, shutdown
-// and metrics; the caller adds the cluster.
-func (env *Env) NewService() *limiter.Service {
-	return &limiter.Service{Store: env.Store, Clock: env.Clock, Shutdown: env.Shutdown,
-		Waiting: func(d int) { env.Metrics.waiting.Add(float64(d)) }, Counted: env.count, Recorder: usage.NewRecorder()}
 }

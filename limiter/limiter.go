@@ -99,6 +99,8 @@ type Service struct {
 	// until when (ns) their slots are counted here.
 	slotsMu   sync.Mutex
 	slotsDown map[string]int64
+
+	peers peerTimes // when each peer's consumption last arrived (peer.go)
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one

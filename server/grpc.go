@@ -53,7 +53,7 @@ func (s *Server) listenGRPC() error {
 		}
 	}
 	g := grpc.NewServer(opts...)
-	rls := envoyrls.NewServer(s.env.Service, cfg, s.rlsStats, s.cfg.MaxKeyLen)
+	rls := envoyrls.NewServer(s.svc, cfg, s.rlsStats, s.cfg.MaxKeyLen)
 	if m := s.cfg.Ratelimit; m != nil {
 		rls.SetOptions(m.Answers)
 	}

@@ -44,6 +44,8 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/usage"
 )
 
 // Version is the server's version, reported by HELLO and INFO.
@@ -55,6 +57,8 @@ type Server struct {
 	log *slog.Logger
 	env *commands.Env
 	reg *commands.Registry
+	// svc is the limiter every front calls and the peer exchanges use.
+	svc *limiter.Service
 
 	ln       *listener
 	http     *http.Server
@@ -99,7 +103,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	store := engine.New(engine.Options{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets})
 	s.env = &commands.Env{
-		Store:     store,
 		Clients:   commands.NewClients(),
 		Auth:      access.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
 		PeerAuth:  access.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
@@ -112,7 +115,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 		SyncInterval: cfg.SyncInterval,
 	}
-	s.env.Service = s.env.NewService()
+	s.svc = &limiter.Service{Store: store, Clock: s.env.Clock, Shutdown: s.shutdown,
+		Waiting: s.env.Metrics.AddWaiting, Counted: s.env.Metrics.Count, Recorder: usage.NewRecorder()}
+	s.env.Service = s.svc
 	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {
 		var out []commands.Setting
@@ -140,7 +145,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
 			func() float64 { return float64(store.Refusals()) }),
 	)
-	m.MustRegister(newUsageMetrics(s.env.Service))
+	m.MustRegister(newUsageMetrics(s.svc))
 	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
 }
@@ -353,8 +358,8 @@ func (s *Server) sweep() {
 		case <-s.shutdown:
 			return
 		case <-t.C:
-			st := s.env.Store
-			st.Sweep(s.env.Clock(), max(st.Len()/2, 1<<16))
+			st := s.svc.Store
+			st.Sweep(s.svc.Clock(), max(st.Len()/2, 1<<16))
 		}
 	}
 }
@@ -431,7 +436,7 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
+	api := &httpapi.API{Service: s.svc, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
 		Relay: func(args [][]byte) ([]byte, bool, error) { return commands.RelayToIssuer(s.env.Cluster, args) }}
 	api.Register(mux)
 	console.Register(mux)

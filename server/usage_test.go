@@ -42,7 +42,7 @@ func TestUsageReportsNodes(t *testing.T) {
 	// applies may count it twice for that instant.
 	committedQuota(t, n, "b|acme", 10)
 	testkit.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
-		return n.Server.env.Store.QuotaCount([]byte("b|acme"), t0) == 0
+		return n.Server.svc.Store.QuotaCount([]byte("b|acme"), t0) == 0
 	})
 	eighteen := "64800000" // 18 h to midnight UTC
 	script(t, c, []exchange{
