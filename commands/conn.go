@@ -333,7 +333,9 @@ func selectCmd(ctx *Ctx) {
 
 func quitCmd(ctx *Ctx) {
 	ctx.Conn.WriteString(okReply)
-	ctx.Conn.Close()
+	if c, ok := ctx.Conn.(Closer); ok {
+		c.Close()
+	}
 }
 
 func resetConnCmd(ctx *Ctx) {

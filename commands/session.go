@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
@@ -299,7 +297,7 @@ type InfoField struct {
 // Ctx returns the session's reusable invocation context, filled for one
 // command: commands on a connection run one at a time, so one suffices and
 // dispatch allocates nothing.
-func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx {
+func (s *Session) Ctx(c Writer, args [][]byte, env *Env, cmd *Command) *Ctx {
 	s.ctx = Ctx{Conn: c, Args: args, S: s, Env: env, Cmd: cmd}
 	return &s.ctx
 }

@@ -11,9 +11,9 @@
 //
 // RESP is read by sluice's own zero-copy parser (resp.go): redcon's server
 // copies every command and allocates its argument slice, which cost more
-// than the limiting itself. Replies are written with redcon's Writer and
-// handlers see each connection as a redcon.Conn, so the command code is
-// plain redcon handler code.
+// than the limiting itself. Replies are written with redcon's Writer, and
+// handlers write to a commands.Writer of its shape, nothing else of the
+// connection.
 package server
 
 import (
@@ -393,7 +393,7 @@ func (s *Server) accept(c *conn) bool {
 	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
 	sess.FD = connFD(nc)
 	s.env.Clients.Add(sess)
-	c.SetContext(sess)
+	c.sess = sess
 	return true
 }
 
@@ -418,7 +418,7 @@ func connFD(nc net.Conn) int {
 
 // closed forgets a finished connection.
 func (s *Server) closed(c *conn, err error) {
-	if sess, ok := c.ctx.(*commands.Session); ok {
+	if sess := c.sess; sess != nil {
 		s.env.Clients.Remove(sess)
 		sess.Close()
 	}
