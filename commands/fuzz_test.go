@@ -44,7 +44,7 @@ func testEnv(t testing.TB) *Env {
 	env := &Env{
 		Now:     func() int64 { return int64(19676*86400) * int64(time.Second) },
 		Clients: NewClients(), Auth: access.NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
-		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,
+		Version: "test", Started: time.Now(), MaxKeyLen: 256,
 		Settings: func() []Setting { return nil },
 		Cluster:  node,
 	}

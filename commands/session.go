@@ -246,8 +246,10 @@ func (s *Session) Line(now time.Time) string {
 	return b.String()
 }
 
-// Env is everything handlers share: the engine, the clock, the client
-// table, credentials, metrics and settings.
+// Env is what the RESP handlers share: the service they call and the
+// cluster they report on, the client table, credentials, metrics and the
+// settings they show. The node's wiring (server) fills it; the engine is
+// reached only through the service.
 type Env struct {
 	// Now, if set, is the clock commands decide at (tests fix it); else
 	// each command reads the clock once as it starts.
@@ -266,8 +268,6 @@ type Env struct {
 	// Info adds server-wide INFO sections (raft, …) the commands package
 	// does not own; it may be nil.
 	Info func(section string) []InfoField
-	// Shutdown is closed when the server begins to stop.
-	Shutdown <-chan struct{}
 	// Cluster replicates the budget tree; every node has one (a single
 	// node is a one-member cluster).
 	Cluster Cluster

@@ -111,7 +111,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Version:   Version,
 		Started:   time.Now(),
 		MaxKeyLen: cfg.MaxKeyLen,
-		Shutdown:  s.shutdown,
 
 		SyncInterval: cfg.SyncInterval,
 	}
