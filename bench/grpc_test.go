@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"strings"
@@ -12,20 +11,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/envoyrls"
-	svclimiter "github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/testlimiter"
 )
-
-type fixedCluster struct{ st raftfsm.State }
-
-func (c *fixedCluster) State() *raftfsm.State                  { return &c.st }
-func (c *fixedCluster) ReadState(bool) (*raftfsm.State, error) { return &c.st, nil }
-func (c *fixedCluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
-	return raftfsm.Response{}, errors.New("read-only")
-}
 
 // rlsServer serves sluice's Envoy front on a loopback port.
 func rlsServer(t *testing.T) string {
@@ -34,8 +22,7 @@ func rlsServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := &svclimiter.Service{Store: engine.New(engine.Options{Shards: 8}), Cluster: &fixedCluster{raftfsm.State{Tree: budget.Empty}},
-		Clock: func() int64 { return time.Now().UnixNano() }}
+	svc := testlimiter.New(t, "", 8, func() int64 { return time.Now().UnixNano() })
 	g := grpc.NewServer()
 	// A limit override counts only in a domain with rules.
 	cfg, err := envoyrls.ParseConfig("bench.yaml", []byte("domain: bench\n"))

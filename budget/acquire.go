@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
 )
 
@@ -42,6 +43,27 @@ type Call struct {
 
 // Inline reports whether the call carries its own limits.
 func (c *Call) Inline() bool { return c.Rate != nil || c.Quota != nil }
+
+// CheckSubject is the rule every front and the service apply to a call's
+// subject: a subject splits a budget node by user, ip or route, so it
+// belongs to the budget form, and a call that names its own key (ownKey:
+// an inline limit) takes none. It returns ErrKeyInline, or nil.
+func CheckSubject(ownKey bool, subject []byte) error {
+	if ownKey && subject != nil {
+		return ErrKeyInline
+	}
+	return nil
+}
+
+// ErrKeyInline refuses a subject given to an inline limit, in the words of
+// the RESP commands (KEY subject), which the service uses too.
+var ErrKeyInline = SubjectInline("KEY", "an inline limit's key is the first argument")
+
+// SubjectInline is CheckSubject's refusal in a front's own name for the
+// subject (HTTP: "subject"), with why the call at hand is inline.
+func SubjectInline(subject, why string) *fault.Error {
+	return &fault.Error{Code: "ERR", Msg: subject + " belongs to the budget form; " + why}
+}
 
 // QuotaCounts decides whether a call may start a quota counter.
 type QuotaCounts interface {

@@ -1,9 +1,9 @@
 package commands
 
 import (
-	"encoding/hex"
-	"sort"
 	"strings"
+
+	"github.com/sluice-rl/sluice/access"
 )
 
 // ACL shows the users and roles sluice has (from --requirepass and
@@ -18,33 +18,11 @@ func aclCommands() []*Command {
 	}
 }
 
-// aclUser is one user as ACL LIST shows it.
-type aclUser struct {
-	name string
-	role Role
-	hash string // hex SHA-256, "" for nopass
-}
-
-// users returns the users, sorted by name. Without credentials every
-// connection is the user default, admin, without password.
-func (a *Auth) list() []aclUser {
-	if !a.Required() {
-		return []aclUser{{name: "default", role: RoleAdmin}}
-	}
-	users := a.current()
-	out := make([]aclUser, 0, len(users))
-	for n, c := range users {
-		out = append(out, aclUser{name: n, role: c.role, hash: hex.EncodeToString(c.hash[:])})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
-
 // aclRules renders a role as Redis ACL rules: admin may run everything; a
 // limiter every command that is not admin-only, less the admin
 // subcommands.
-func aclRules(reg *Registry, r Role) string {
-	if r == RoleAdmin {
+func aclRules(reg *Registry, r access.Role) string {
+	if r == access.RoleAdmin {
 		return "~* &* +@all"
 	}
 	var b strings.Builder
@@ -74,23 +52,23 @@ func aclCmd(ctx *Ctx) {
 		if !aclAdmin(ctx) {
 			return
 		}
-		users := ctx.Env.Auth.list()
+		users := ctx.Env.Auth.List()
 		c.WriteArray(len(users))
 		for _, u := range users {
-			c.WriteBulkString(u.name)
+			c.WriteBulkString(u.Name)
 		}
 	case eq(sub, "LIST") && len(a) == 2:
 		if !aclAdmin(ctx) {
 			return
 		}
-		users := ctx.Env.Auth.list()
+		users := ctx.Env.Auth.List()
 		c.WriteArray(len(users))
 		for _, u := range users {
 			pass := "nopass"
-			if u.hash != "" {
-				pass = "#" + u.hash
+			if u.Hash != "" {
+				pass = "#" + u.Hash
 			}
-			c.WriteBulkString("user " + u.name + " on " + pass + " " + aclRules(ctx.Env.Registry, u.role))
+			c.WriteBulkString("user " + u.Name + " on " + pass + " " + aclRules(ctx.Env.Registry, u.Role))
 		}
 	case eq(sub, "CAT") && len(a) == 2:
 		c.WriteArray(0) // sluice has roles, not categories

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/reserve"
 )
 
@@ -18,7 +19,7 @@ func BenchmarkExecAcquireRESP3(b *testing.B) { benchExecAcquire(b, true) }
 
 func benchExecAcquire(b *testing.B, resp3 bool) {
 	env := testEnv(b)
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	if resp3 {
 		env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
@@ -50,7 +51,7 @@ func benchExecBudgetAcquire(b *testing.B, resp3 bool) {
 	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce")
 	env.Run("RL.BUDGET", "SET", "system/p", "RATE", "10000000", "SHARING", "enforce")
 	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SHARING", "enforce", "SCOPE", "user")
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	if resp3 {
 		env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
@@ -73,7 +74,7 @@ func benchExecBudgetAcquire(b *testing.B, resp3 bool) {
 
 func BenchmarkExecAcquireWithQuota(b *testing.B) {
 	env := testEnv(b)
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	keys := make([][]byte, 1024)
 	for i := range keys {
@@ -96,7 +97,7 @@ func BenchmarkExecBudgetAcquireWithQuota(b *testing.B) {
 	env := testEnv(b)
 	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce", "QUOTA", "1000000000000", "PER", "month")
 	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SCOPE", "user", "QUOTA", "1000000000000", "PER", "day")
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	args := [][]byte{[]byte("RL.ACQUIRE"), []byte("system/p/t"), []byte("KEY"), []byte("user-1")}
 	env.Exec(c, s, args)
@@ -118,7 +119,7 @@ func TestAcquireAllocatesNothing(t *testing.T) {
 	env := testEnv(t)
 	env.Run("RL.BUDGET", "SET", "system", "RATE", "100000000", "SHARING", "enforce", "QUOTA", "1000000000000", "PER", "month")
 	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SCOPE", "user", "QUOTA", "1000000000000", "PER", "day")
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	for _, call := range []string{
 		"RL.ACQUIRE key RATE 100000 BURST 100000",
@@ -163,7 +164,7 @@ func benchReserveSettle(b *testing.B, setup func(*Env), opts ...string) {
 		setup(env)
 		target = "system/p/t/api"
 	}
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	res := [][]byte{[]byte("RL.RESERVE"), []byte(target)}
 	for _, o := range opts {

@@ -3,7 +3,6 @@ package commands
 import (
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/raftfsm"
@@ -181,33 +180,31 @@ type budgetLabels struct {
 	m    map[string]acquireCounters
 }
 
-var labelMu sync.Mutex
-
-// count records an admission decision in the metrics of its budget label
-// (inline calls: label "").
-func (env *Env) count(tree *budget.Tree, label string, allowed int, cost int64) {
+// Count records an admission decision in the metrics of its budget label
+// (inline calls: label ""): the service's Counted hook, for every front.
+func (m *Metrics) Count(tree *budget.Tree, label string, allowed int, cost int64) {
 	if tree == nil {
-		env.Metrics.inline.count(allowed, cost)
+		m.inline.count(allowed, cost)
 		return
 	}
-	env.counters(tree, label).count(allowed, cost)
+	m.counters(tree, label).count(allowed, cost)
 }
 
-func (env *Env) counters(tree *budget.Tree, label string) acquireCounters {
-	c := env.labels.Load()
+func (m *Metrics) counters(tree *budget.Tree, label string) acquireCounters {
+	c := m.labels.Load()
 	if c == nil || c.tree != tree {
-		labelMu.Lock()
-		if c = env.labels.Load(); c == nil || c.tree != tree {
+		m.labelMu.Lock()
+		if c = m.labels.Load(); c == nil || c.tree != tree {
 			c = &budgetLabels{tree: tree, m: map[string]acquireCounters{}}
 			for _, l := range tree.Labels() {
-				c.m[l] = env.Metrics.Budget(l)
+				c.m[l] = m.Budget(l)
 			}
-			env.labels.Store(c)
+			m.labels.Store(c)
 		}
-		labelMu.Unlock()
+		m.labelMu.Unlock()
 	}
 	if a, ok := c.m[label]; ok {
 		return a
 	}
-	return env.Metrics.inline
+	return m.inline
 }

@@ -191,23 +191,7 @@ func adminRole(ctx *Ctx) bool {
 
 // SyncLag returns the longest time since a peer's consumption arrived, in
 // ns, or -1 for a node with no peers.
-func (env *Env) SyncLag() int64 {
-	st := env.Cluster.State()
-	var peers []string
-	for id := range st.Members {
-		if id != env.Cluster.ID() {
-			peers = append(peers, id)
-		}
-	}
-	// A peer never heard from counts from the start, read on the service
-	// clock like the times peers are heard at.
-	now := env.Clock()
-	lag := env.Peers.Lag(peers, now-int64(time.Since(env.Started)), now)
-	if lag < 0 {
-		return -1
-	}
-	return lag
-}
+func (env *Env) SyncLag() int64 { return env.Service.SyncLag(env.Cluster.ID(), env.Started) }
 
 func lagMs(ns int64) int64 {
 	if ns < 0 {

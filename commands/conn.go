@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/access"
 )
 
 func connCommands() []*Command {
@@ -74,7 +76,7 @@ func helloCmd(ctx *Ctx) {
 			break
 		}
 	}
-	if ctx.S.Role() == RoleNone {
+	if ctx.S.Role() == access.RoleNone {
 		ctx.Conn.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
@@ -102,7 +104,7 @@ func helloCmd(ctx *Ctx) {
 
 // authenticate checks credentials, replying with the error on failure.
 func (ctx *Ctx) authenticate(user, pass []byte) bool {
-	if id, isPeer, ok := ctx.Env.PeerAuth.check(user, pass); isPeer {
+	if id, isPeer, ok := ctx.Env.PeerAuth.Check(user, pass); isPeer {
 		if !ok {
 			ctx.Conn.WriteError("WRONGPASS invalid username-password pair or user is disabled.")
 			return false
@@ -245,7 +247,7 @@ func clientCmd(ctx *Ctx) {
 }
 
 func adminOnly(ctx *Ctx) (bool, string) {
-	if ctx.Env.Auth.Required() && ctx.S.Role() != RoleAdmin {
+	if ctx.Env.Auth.Required() && ctx.S.Role() != access.RoleAdmin {
 		return false, "NOPERM this user has no permissions to run the 'client' command or its subcommand"
 	}
 	return true, ""
@@ -331,7 +333,9 @@ func selectCmd(ctx *Ctx) {
 
 func quitCmd(ctx *Ctx) {
 	ctx.Conn.WriteString(okReply)
-	ctx.Conn.Close()
+	if c, ok := ctx.Conn.(Closer); ok {
+		c.Close()
+	}
 }
 
 func resetConnCmd(ctx *Ctx) {
@@ -343,9 +347,9 @@ func resetConnCmd(ctx *Ctx) {
 	s.mu.Lock()
 	s.name, s.user, s.peer = "", "default", ""
 	if ctx.Env.Auth.Required() {
-		s.role = RoleNone
+		s.role = access.RoleNone
 	} else {
-		s.role = RoleAdmin
+		s.role = access.RoleAdmin
 	}
 	s.mu.Unlock()
 	ctx.Conn.WriteString("RESET")

@@ -3,15 +3,18 @@ package commands
 import (
 	"bufio"
 	"bytes"
+	"github.com/sluice-rl/sluice/access"
+	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/usage"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testraft"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testraft"
 )
 
 // reply parses the one reply a command wrote.
@@ -39,16 +42,14 @@ func testEnv(t testing.TB) *Env {
 	store := engine.New(engine.Options{Shards: 4, MaxBuckets: 10000})
 	store.SetQuotaSource(node.FSM())
 	env := &Env{
-		Store:   store,
 		Now:     func() int64 { return int64(19676*86400) * int64(time.Second) },
-		Clients: NewClients(), Auth: NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
-		Version: "test", Started: time.Now(), MaxKeyLen: 256, Shutdown: done,
+		Clients: NewClients(), Auth: access.NewAuth("", nil), Metrics: NewMetrics(reg), Registry: reg,
+		Version: "test", Started: time.Now(), MaxKeyLen: 256,
 		Settings: func() []Setting { return nil },
 		Cluster:  node,
 	}
-	env.Service = env.NewService()
-	env.Service.Cluster, env.Service.Quotas = node, node.FSM()
-	env.Service.Holds = reserve.New("n0", 100, 0)
+	env.Service = &limiter.Service{Store: store, Cluster: node, Quotas: node.FSM(), Clock: env.Clock, Shutdown: done,
+		Waiting: env.Metrics.AddWaiting, Counted: env.Metrics.Count, Recorder: usage.NewRecorder(), Holds: reserve.New("n0", 100, 0)}
 	return env
 }
 
@@ -101,12 +102,12 @@ func FuzzCommands(f *testing.F) {
 		if name := string(bytes.ToUpper(args[0])); name == "QUIT" || name == "CLIENT" && len(args) > 1 && bytes.EqualFold(args[1], []byte("KILL")) {
 			return
 		}
-		s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+		s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 		c := NewCapture()
-		before := env.Store.Len()
+		before := env.Service.Store.Len()
 		env.Exec(c, s, args)
-		if r := reply(t, c); len(r) > 0 && r[0] == '-' && env.Store.Len() != before {
-			t.Fatalf("%q answered %s but changed the bucket count %d → %d", args, r, before, env.Store.Len())
+		if r := reply(t, c); len(r) > 0 && r[0] == '-' && env.Service.Store.Len() != before {
+			t.Fatalf("%q answered %s but changed the bucket count %d → %d", args, r, before, env.Service.Store.Len())
 		}
 	})
 }

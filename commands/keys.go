@@ -52,7 +52,7 @@ func (ctx *Ctx) committed() committedQuotas {
 // keyCount is DBSIZE's figure: live buckets, with the committed quota
 // counters in place of the store's quota entries.
 func (ctx *Ctx) keyCount() int {
-	st := ctx.Env.Store
+	st := ctx.Env.Service.Store
 	q := ctx.committed()
 	if q == nil {
 		return st.Len()
@@ -77,7 +77,7 @@ func keyName(b []byte, space engine.Space, key []byte) []byte {
 // lookupKey finds the bucket a name shows: a budget bucket first (as
 // RL.RESET resolves a path), else an inline one, else a quota counter.
 func (ctx *Ctx) lookupKey(name []byte) (algo engine.Algo, idle int64, ok bool) {
-	st := ctx.Env.Store
+	st := ctx.Env.Service.Store
 	for _, sp := range []engine.Space{engine.SpaceBudget, engine.SpaceInline} {
 		if algo, idle, ok = st.Inspect(sp, name); ok {
 			return
@@ -176,7 +176,7 @@ func scanCmd(ctx *Ctx) {
 	q := ctx.committed()
 	next := cursor
 	if cursor < scanQuotaPhase {
-		next = ctx.Env.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
+		next = ctx.Env.Service.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
 			if space == engine.SpaceQuota && q != nil {
 				return // named from the committed counters below
 			}

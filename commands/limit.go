@@ -164,8 +164,8 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 	if !la.hasRate && (la.hasPer || la.hasBurst || la.hasAlgo) {
 		return la, "ERR RATE is required with PER, BURST or ALGO"
 	}
-	if la.inline() && la.subject != nil {
-		return la, "ERR KEY belongs to the budget form; an inline limit's key is the first argument"
+	if err := budget.CheckSubject(la.inline(), la.subject); err != nil {
+		return la, err.Error()
 	}
 	return la, ""
 }

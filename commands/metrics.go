@@ -1,6 +1,9 @@
 package commands
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -20,6 +23,11 @@ type Metrics struct {
 	inline  acquireCounters
 
 	waiting prometheus.Gauge
+
+	// labels caches each budget label's counters for one tree; labelMu
+	// serialises rebuilding it when the tree changes.
+	labels  atomic.Pointer[budgetLabels]
+	labelMu sync.Mutex
 
 	ConnectionsReceived prometheus.Counter
 	ConnectionsRejected *prometheus.CounterVec
@@ -118,6 +126,10 @@ func (m *Metrics) Waiting() int {
 	}
 	return int(d.Gauge.GetValue())
 }
+
+// AddWaiting adds d to the calls held until their tokens are due: the
+// service's Waiting hook.
+func (m *Metrics) AddWaiting(d int) { m.waiting.Add(float64(d)) }
 
 // Unknown counts a command sluice does not know.
 func (m *Metrics) Unknown() { m.unknown.Inc() }

@@ -3,8 +3,6 @@ package commands
 import (
 	"strconv"
 	"sync/atomic"
-
-	"github.com/tidwall/redcon"
 )
 
 // Transactions, as Redis has them: MULTI starts queueing, each command is
@@ -167,7 +165,7 @@ func (s *Session) flagTx() {
 
 // queue copies a command into the transaction (its arguments alias the
 // connection's read buffer) and answers +QUEUED.
-func (env *Env) queue(c redcon.Conn, s *Session, cm *Command, args [][]byte) {
+func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	t := &s.tx
 	size := 0
 	for _, a := range args {
@@ -235,7 +233,7 @@ const errCaching = "ERR sluice replies cannot be cached client-side: each descri
 
 // intercept handles a command on a connection in a transaction or after
 // CLIENT CACHING YES. It reports whether it answered the command itself.
-func (env *Env) intercept(c redcon.Conn, s *Session, cm *Command, args [][]byte) bool {
+func (env *Env) intercept(c Writer, s *Session, cm *Command, args [][]byte) bool {
 	if s.caching && cm.FirstKey > 0 && cm.Flags&FlagTx == 0 {
 		// A keyed command whose reply the client means to cache: refuse
 		// it, so that nothing stale is ever cached. (rueidis sends CLIENT

@@ -1,61 +1,15 @@
 package commands
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"strings"
-	"time"
-
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
-// Nodes open connections to each other (forwarded writes, joins, RL.SYNC,
-// RL.LEASE) as the user "sluice-peer:<node-id>", with a password derived
-// from the cluster secret (--peer-password, else --requirepass) and the
-// node id: HMAC-SHA256(secret, node id), in hex. A session that
-// authenticates so is that node's: the internal commands take the node
-// they act for from the session, never from their arguments alone, and
-// refuse every other session, admins included.
-
-// PeerUserPrefix starts the user name a node authenticates as.
-const PeerUserPrefix = "sluice-peer:"
-
-// PeerToken returns the password node id presents with the cluster
-// secret.
-func PeerToken(secret, id string) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(id))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// PeerAuth checks node credentials.
-type PeerAuth struct {
-	secret string
-	on     bool
-}
-
-// NewPeerAuth returns the check of node credentials for the cluster
-// secret. With no secret, a node whose clients must authenticate accepts
-// no node credentials (a secret nobody set cannot be proven); one without
-// any password accepts them on the empty secret, since there every
-// client is trusted alike.
-func NewPeerAuth(secret string, authRequired bool) *PeerAuth {
-	return &PeerAuth{secret: secret, on: secret != "" || !authRequired}
-}
-
-// check reports whether user names a node (isPeer) and, if so, whether
-// pass proves it, and which node.
-func (p *PeerAuth) check(user, pass []byte) (id string, isPeer, ok bool) {
-	rest, found := strings.CutPrefix(string(user), PeerUserPrefix)
-	if p == nil || !found {
-		return "", false, false
-	}
-	want := PeerToken(p.secret, rest)
-	ok = hmac.Equal([]byte(want), pass) && p.on && rest != ""
-	return rest, true, ok
-}
+// A session that authenticates with node credentials (package access)
+// is that node's: the internal commands take the node they act for from
+// the session, never from their arguments alone, and refuse every other
+// session, admins included.
 
 // Peer returns the node id the session authenticated as, or "" for a
 // session that is not a node's.
@@ -69,7 +23,7 @@ func (s *Session) Peer() string {
 // forwards operators' writes), and the identity internal commands check.
 func (s *Session) setPeer(id string) {
 	s.mu.Lock()
-	s.user, s.role, s.peer = PeerUserPrefix+id, RoleAdmin, id
+	s.user, s.role, s.peer = access.PeerUserPrefix+id, access.RoleAdmin, id
 	s.mu.Unlock()
 }
 
@@ -90,11 +44,6 @@ func fromPeer(ctx *Ctx, from []byte) bool {
 	return true
 }
 
-// maxForwardedSkew is how far ahead of this node's clock a forwarded quota
-// batch may be numbered or dated (as RL.QUOTASYNC allows): clocks of nodes
-// differ by far less.
-const maxForwardedSkew = time.Hour
-
 // checkForwarded validates an entry a node forwards to the leader
 // (RL.CLUSTER APPLY) against the node that sends it: what it writes on
 // its own behalf must name it, and a batch of quota counts must not be
@@ -112,8 +61,7 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 		return false
 	}
 	if e.Type == raftfsm.QuotaAdd {
-		horizon := max(ctx.Env.Clock(), time.Now().UnixNano()) + int64(maxForwardedSkew)
-		if e.Seq == 0 || e.Seq > uint64(horizon) || e.Now > horizon {
+		if e.Seq == 0 || ctx.Env.Service.AheadOfClock(e.Seq, e.Now) {
 			ctx.Conn.WriteError("ERR RL.CLUSTER APPLY: quota batch number or time more than an hour ahead of this node's clock")
 			return false
 		}

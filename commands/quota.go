@@ -160,11 +160,11 @@ func quotaSyncCmd(ctx *Ctx) {
 	}
 	var b quota.Batch
 	if err := json.Unmarshal(ctx.Args[2], &b); err != nil {
-		ctx.Conn.WriteError("ERR RL.QUOTASYNC payload: not a batch of quota counts")
+		peerFailed(ctx, &limiter.PeerError{Payload: limiter.NotABatch})
 		return
 	}
 	if n, err := ctx.Env.Service.CommitQuotas(string(ctx.Args[1]), &b); err != nil {
-		ctx.Conn.WriteError(err.Error())
+		peerFailed(ctx, err)
 	} else {
 		ctx.Conn.WriteInt(n)
 	}

@@ -1,15 +1,13 @@
 // Package commands holds every command sluice answers: a registry of name,
 // arity, flags and handler, and one file per family (limit.go for the
 // limiting commands, conn.go for connection commands, server.go for server
-// commands). Handlers write their replies through redcon.Conn and never
+// commands). Handlers write their replies through a Writer (redcon's Writer shape) and never
 // block except where a command's contract says so (RL.ACQUIRE … WAIT).
 package commands
 
 import (
 	"strings"
 	"time"
-
-	"github.com/tidwall/redcon"
 )
 
 // Flag describes what a command may do, for ACL checks and COMMAND INFO.
@@ -48,7 +46,7 @@ type Command struct {
 
 // Ctx is one command invocation.
 type Ctx struct {
-	Conn redcon.Conn
+	Conn Writer
 	Args [][]byte
 	S    *Session
 	Env  *Env
@@ -130,7 +128,7 @@ func (c *Command) ID() int { return c.id }
 // Exec runs one command for session s: lookup, arity, permission, handler,
 // metrics. Every reply goes to c. Inside MULTI, a command is checked the
 // same way and queued instead (multi.go).
-func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
+func (env *Env) Exec(c Writer, s *Session, args [][]byte) {
 	start := monoNow()
 	cm := s.nameCmd
 	if cm == nil || string(args[0]) != string(s.lastName) {
@@ -161,7 +159,7 @@ func (env *Env) Exec(c redcon.Conn, s *Session, args [][]byte) {
 }
 
 // run executes a checked command: handler, metrics, the session's record.
-func (env *Env) run(c redcon.Conn, s *Session, cm *Command, args [][]byte, start int64) {
+func (env *Env) run(c Writer, s *Session, cm *Command, args [][]byte, start int64) {
 	ctx := s.Ctx(c, args, env, cm)
 	ctx.now = start
 	s.lastCmd.Store(cm) // CLIENT INFO's cmd: the command running, as in Redis

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -32,7 +33,7 @@ func (b *becomesLeader) Forward([][]byte) ([]byte, error) {
 // refused in words about a read.
 func TestConsistentReadOnANodeThatBecameLeader(t *testing.T) {
 	env := testEnv(t)
-	admin := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	admin := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	env.Exec(c, admin, [][]byte{[]byte("RL.BUDGET"), []byte("SET"), []byte("acme"), []byte("RATE"), []byte("7")})
 	if r := reply(t, c); r != "+OK" {
@@ -49,7 +50,7 @@ func TestConsistentReadOnANodeThatBecameLeader(t *testing.T) {
 	// A relay that reaches a node which does not lead (a forwarder's
 	// connection): refused, worded as a read.
 	cl.reads = 0
-	relayed := NewSession(2, "127.0.0.1:3", "127.0.0.1:2", RoleAdmin, func() {})
+	relayed := NewSession(2, "127.0.0.1:3", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c.Reset()
 	env.Exec(c, relayed, [][]byte{[]byte("CLIENT"), []byte("SETNAME"), []byte(raftfsm.ForwardPrefix + "n2")})
 	c.Reset()

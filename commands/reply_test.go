@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/access"
 )
 
 // A reply as a test expects it, encoded for RESP2 or RESP3 by the test's
@@ -246,7 +248,7 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		t.Run(fmt.Sprintf("RESP%d", p), func(t *testing.T) {
 			env := testEnv(t)
 			env.Settings = func() []Setting { return []Setting{{"maxclients", "10"}, {"save", ""}} }
-			s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+			s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 			env.Clients.Add(s)
 			c := NewCapture()
 			seen := map[*Command]bool{}
@@ -329,7 +331,7 @@ func isRex(v rv, p int) bool {
 func TestAcquireAllocatesNothingInRESP3(t *testing.T) {
 	env := testEnv(t)
 	env.Run("RL.BUDGET", "SET", "system/p/t", "RATE", "1000000", "SCOPE", "user")
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", RoleAdmin, func() {})
+	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
 	c := NewCapture()
 	env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
 	if s.Proto() != 3 {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
@@ -32,14 +33,17 @@ func reserveCommands() []*Command {
 	}
 }
 
+// errKeyConcurrency refuses KEY with CONCURRENCY (budget.CheckSubject).
+var errKeyConcurrency = budget.SubjectInline("KEY", "CONCURRENCY n makes the call inline (a budget node's limit is its concurrency)").Error()
+
 func reserveCmd(ctx *Ctx) {
 	la, e := parseLimitArgs(ctx.Args, optLimit|optCost|optWait|optSubject|optReserve)
 	switch {
 	case e != "":
 	case !la.hasCost:
 		e = "ERR COST is required: RL.RESERVE key|path … COST estimate"
-	case la.concurrency > 0 && la.subject != nil:
-		e = "ERR KEY belongs to the budget form; CONCURRENCY n makes the call inline (a budget node's limit is its concurrency)"
+	case budget.CheckSubject(la.concurrency > 0, la.subject) != nil:
+		e = errKeyConcurrency
 	case la.hasRate:
 		ctx.S.lim, e = la.limit()
 	}

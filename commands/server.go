@@ -277,7 +277,7 @@ func (env *Env) infoSection(sec string) []InfoField {
 		}
 	case "stats":
 		allowed, denied := env.Metrics.AcquireTotals()
-		full, refused := env.Store.Evictions(), env.Store.Refusals()
+		full, refused := env.Service.Store.Evictions(), env.Service.Store.Refusals()
 		return []InfoField{
 			f("total_connections_received", int64(value(env.Metrics.ConnectionsReceived))),
 			f("total_commands_processed", env.Metrics.TotalCommands()),
@@ -298,13 +298,13 @@ func (env *Env) infoSection(sec string) []InfoField {
 		}
 	case "buckets":
 		return []InfoField{
-			f("buckets", env.Store.Len()),
-			f("max_buckets", env.Store.MaxBuckets()),
+			f("buckets", env.Service.Store.Len()),
+			f("max_buckets", env.Service.Store.MaxBuckets()),
 		}
 	case "keyspace":
 		// Every bucket is forgotten once full: each has a time to live
 		// (see TTL), hence expires = keys.
-		n := env.Store.Len()
+		n := env.Service.Store.Len()
 		if n == 0 {
 			return []InfoField{}
 		}

@@ -1,8 +1,6 @@
 package commands
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,45 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
-
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
-	"github.com/sluice-rl/sluice/usage"
 )
-
-// Role is what an authenticated user may do.
-type Role uint8
-
-// The roles. RoleNone is a connection that has not authenticated where a
-// password is required.
-const (
-	RoleNone Role = iota
-	RoleLimiter
-	RoleAdmin
-)
-
-func (r Role) String() string {
-	switch r {
-	case RoleLimiter:
-		return "limiter"
-	case RoleAdmin:
-		return "admin"
-	}
-	return "none"
-}
-
-// ParseRole parses "limiter" or "admin".
-func ParseRole(s string) (Role, bool) {
-	switch strings.ToLower(s) {
-	case "limiter":
-		return RoleLimiter, true
-	case "admin":
-		return RoleAdmin, true
-	}
-	return RoleNone, false
-}
 
 // Session is one client connection's state.
 type Session struct {
@@ -66,7 +30,7 @@ type Session struct {
 	libName string
 	libVer  string
 	user    string
-	role    Role
+	role    access.Role
 	peer    string // the node this session authenticated as (peer.go)
 	noLoop  bool   // CLIENT TRACKING … NOLOOP
 
@@ -151,7 +115,7 @@ func (s *Session) Name() string {
 
 // NewSession returns the state of a new connection. kill closes it from
 // another goroutine (CLIENT KILL).
-func NewSession(id int64, addr, local string, role Role, kill func()) *Session {
+func NewSession(id int64, addr, local string, role access.Role, kill func()) *Session {
 	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", role: role, FD: -1}
 	s.lastActive.Store(s.Created.UnixNano())
 	s.tx.queued.Store(-1)
@@ -159,13 +123,13 @@ func NewSession(id int64, addr, local string, role Role, kill func()) *Session {
 }
 
 // Role returns the session's role.
-func (s *Session) Role() Role {
+func (s *Session) Role() access.Role {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.role
 }
 
-func (s *Session) setAuth(user string, role Role) {
+func (s *Session) setAuth(user string, role access.Role) {
 	s.mu.Lock()
 	s.user, s.role, s.peer = user, role, ""
 	s.mu.Unlock()
@@ -177,9 +141,9 @@ func (s *Session) Allowed(c *Command) (bool, string) {
 	switch {
 	case c.Flags&FlagNoAuth != 0:
 		return true, ""
-	case role == RoleNone:
+	case role == access.RoleNone:
 		return false, errNoAuth
-	case c.Flags&FlagAdmin != 0 && role != RoleAdmin:
+	case c.Flags&FlagAdmin != 0 && role != access.RoleAdmin:
 		return false, "NOPERM User " + s.user + " has no permissions to run the '" + lower(c.Name) + "' command"
 	}
 	return true, ""
@@ -282,76 +246,17 @@ func (s *Session) Line(now time.Time) string {
 	return b.String()
 }
 
-// Auth holds the credentials clients may present.
-type Auth struct {
-	// users is replaced whole when the ACL file is reloaded; readers see
-	// the old set or the new one, never a mix.
-	users atomic.Pointer[map[string]credential]
-}
-
-type credential struct {
-	hash [32]byte
-	role Role
-}
-
-// NewAuth returns credentials: requirepass (if not empty) for the user
-// "default" as admin, plus the ACL users (name → role and SHA-256 of the
-// password).
-func NewAuth(requirepass string, acl []ACLUser) *Auth {
-	a := &Auth{}
-	a.Replace(requirepass, acl)
-	return a
-}
-
-// Replace puts new credentials in force for the next authentication;
-// connections already authenticated keep their user and role.
-func (a *Auth) Replace(requirepass string, acl []ACLUser) {
-	users := map[string]credential{}
-	if requirepass != "" {
-		users["default"] = credential{hash: sha256.Sum256([]byte(requirepass)), role: RoleAdmin}
-	}
-	for _, u := range acl {
-		users[u.Name] = credential{hash: u.Hash, role: u.Role}
-	}
-	a.users.Store(&users)
-}
-
-func (a *Auth) current() map[string]credential { return *a.users.Load() }
-
-// ACLUser is one user of the ACL file.
-type ACLUser struct {
-	Name string
-	Role Role
-	Hash [32]byte // SHA-256 of the password
-}
-
-// Required reports whether clients must authenticate.
-func (a *Auth) Required() bool { return a != nil && len(a.current()) > 0 }
-
-// Check verifies a password in constant time (for a known user) and
-// returns the user's role.
-func (a *Auth) Check(user, pass []byte) (Role, bool) {
-	c, ok := a.current()[string(user)]
-	h := sha256.Sum256(pass)
-	if !ok {
-		// Compare anyway so that unknown users cost the same time.
-		subtle.ConstantTimeCompare(h[:], make([]byte, 32))
-		return RoleNone, false
-	}
-	if subtle.ConstantTimeCompare(h[:], c.hash[:]) != 1 {
-		return RoleNone, false
-	}
-	return c.role, true
-}
-
-// Env is everything handlers share: the engine, the clock, the client
-// table, credentials, metrics and settings.
+// Env is what the RESP handlers share: the service they call and the
+// cluster they report on, the client table, credentials, metrics and the
+// settings they show. The node's wiring (server) fills it; the engine is
+// reached only through the service.
 type Env struct {
-	Store    *engine.Store
+	// Now, if set, is the clock commands decide at (tests fix it); else
+	// each command reads the clock once as it starts.
 	Now      func() int64
 	Clients  *Clients
-	Auth     *Auth
-	PeerAuth *PeerAuth // the credentials nodes present to each other
+	Auth     *access.Auth
+	PeerAuth *access.PeerAuth // the credentials nodes present to each other
 	Metrics  *Metrics
 	Registry *Registry
 	Version  string
@@ -363,23 +268,18 @@ type Env struct {
 	// Info adds server-wide INFO sections (raft, …) the commands package
 	// does not own; it may be nil.
 	Info func(section string) []InfoField
-	// Shutdown is closed when the server begins to stop.
-	Shutdown <-chan struct{}
 	// Cluster replicates the budget tree; every node has one (a single
 	// node is a one-member cluster).
 	Cluster Cluster
 	// SyncInterval is --sync-interval, reported by RL.CLUSTER INFO.
 	SyncInterval time.Duration
-	// Peers records the consumption messages of other nodes.
-	Peers Peers
-	// Service is the limiter every limiting command calls.
+	// Service is the limiter every limiting and peer command calls; the
+	// node's wiring builds it.
 	Service *limiter.Service
 	// ClientMemory, if set, takes n more bytes of the bound on every
 	// client's buffers together (--max-client-buffers), or gives -n back;
 	// it refuses growth past the bound. Queued transactions count in it.
 	ClientMemory func(n int64) bool
-
-	labels atomic.Pointer[budgetLabels]
 }
 
 // Setting is one configuration value as CONFIG GET shows it.
@@ -397,14 +297,7 @@ type InfoField struct {
 // Ctx returns the session's reusable invocation context, filled for one
 // command: commands on a connection run one at a time, so one suffices and
 // dispatch allocates nothing.
-func (s *Session) Ctx(c redcon.Conn, args [][]byte, env *Env, cmd *Command) *Ctx {
+func (s *Session) Ctx(c Writer, args [][]byte, env *Env, cmd *Command) *Ctx {
 	s.ctx = Ctx{Conn: c, Args: args, S: s, Env: env, Cmd: cmd}
 	return &s.ctx
-}
-
-// NewService returns a limiter on env's store, with env's clock, shutdown
-// and metrics; the caller adds the cluster.
-func (env *Env) NewService() *limiter.Service {
-	return &limiter.Service{Store: env.Store, Clock: env.Clock, Shutdown: env.Shutdown,
-		Waiting: func(d int) { env.Metrics.waiting.Add(float64(d)) }, Counted: env.count, Recorder: usage.NewRecorder()}
 }

@@ -25,10 +25,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testnode"
 )
 
 // startNode runs an in-process node on loopback ports chosen by the OS.

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testport"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testport"
 )
 
 var binary string

@@ -10,7 +10,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/sluice-rl/sluice/internal/testlimiter"
+	"github.com/sluice-rl/sluice/testsupport/testlimiter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

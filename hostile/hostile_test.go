@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // The bounds every scenario holds (see docs/operations.md, "Hostile

@@ -304,14 +304,14 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 	if req.Path != nil && inline {
 		return c, 0, fault.New("ERR", "rate and quota belong to the inline form: name the key with key, not path")
 	}
-	if req.Key != nil && req.Subject != nil {
-		return c, 0, fault.New("ERR", "subject belongs to the budget form; an inline limit's key is key")
+	if req.Subject != nil {
+		c.Subject = []byte(*req.Subject)
+	}
+	if budget.CheckSubject(req.Key != nil, c.Subject) != nil {
+		return c, 0, errSubjectInline
 	}
 	if req.Key != nil && !inline && (o == opAcquire || o == opReserve && req.Concurrency == nil) {
 		return c, 0, fault.New("ERR", "rate (or quota) is required with key: an inline limit travels with the call; use path for a budget node")
-	}
-	if req.Subject != nil {
-		c.Subject = []byte(*req.Subject)
 	}
 	if o == opQuota && (req.Rate != nil || req.Cost != nil) {
 		return c, 0, fault.New("ERR", "quota takes key or path, subject and quota only")
@@ -442,3 +442,7 @@ func marshal(v any) []byte {
 	_ = enc.Encode(v) // strings and integers only
 	return b.Bytes()
 }
+
+// errSubjectInline is budget.CheckSubject's refusal in the JSON API's
+// names: a call that names its own key (key, not path) takes no subject.
+var errSubjectInline = budget.SubjectInline("subject", "an inline limit's key is key")

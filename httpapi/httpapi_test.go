@@ -12,8 +12,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-	"github.com/sluice-rl/sluice/internal/testlimiter"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/testsupport/testlimiter"
 )
 
 func newAPI(t *testing.T) *http.ServeMux {

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -34,22 +33,30 @@ func (s *Service) ImportBudgets(cfgs map[string]budget.Config, replace, ifEmpty 
 // stamped: clocks of nodes differ, by far less.
 const maxQuotaSkew = time.Hour
 
+// AheadOfClock reports whether a quota batch numbered seq (the sender's
+// wall clock in ns) and dated at (its service clock) is more than an hour
+// ahead of this node's clocks: a node refuses such a batch, whether it
+// arrives to be committed or forwarded as an entry to the leader.
+func (s *Service) AheadOfClock(seq uint64, at int64) bool {
+	horizon := max(s.Clock(), time.Now().UnixNano()) + int64(maxQuotaSkew)
+	return seq > uint64(horizon) || at > horizon
+}
+
 // CommitQuotas commits a batch of origin's pending quota counts through
 // Raft and returns how many counters it changed. Batches from nodes that
 // are not members, empty ones, and ones stamped more than an hour ahead of
-// this node's clock are refused: one from the future would make every later
-// batch of that node look already counted (or purge counters early).
+// this node's clock are refused (a *PeerError): one from the future would
+// make every later batch of that node look already counted (or purge
+// counters early).
 func (s *Service) CommitQuotas(origin string, b *quota.Batch) (int, error) {
-	if _, ok := s.Cluster.State().Members[origin]; !ok {
-		return 0, fault.New("ERR", "RL.QUOTASYNC from '%s', which is not a member", fault.Printable([]byte(origin)))
+	if _, err := s.member(origin); err != nil {
+		return 0, err
 	}
 	if b.Seq == 0 || len(b.Quotas) == 0 {
-		return 0, fault.New("ERR", "RL.QUOTASYNC payload: not a batch of quota counts")
+		return 0, &PeerError{Payload: NotABatch}
 	}
-	// Batch numbers are the sender's wall clock in ns, batch times its
-	// service clock.
-	if horizon := max(s.Clock(), time.Now().UnixNano()) + int64(maxQuotaSkew); b.Seq > uint64(horizon) || b.Now > horizon {
-		return 0, fault.New("ERR", "RL.QUOTASYNC payload: batch number or time more than an hour ahead of this node's clock")
+	if s.AheadOfClock(b.Seq, b.Now) {
+		return 0, &PeerError{Payload: "batch number or time more than an hour ahead of this node's clock"}
 	}
 	r, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaAdd, Origin: origin, Seq: b.Seq, Now: b.Now, Quotas: b.Quotas})
 	return r.N, err

@@ -99,6 +99,8 @@ type Service struct {
 	// until when (ns) their slots are counted here.
 	slotsMu   sync.Mutex
 	slotsDown map[string]int64
+
+	peers peerTimes // when each peer's consumption last arrived (peer.go)
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one
@@ -230,8 +232,8 @@ func (s *Service) resolve(c *Call, sc *Scratch) (Call, *budget.Tree, error) {
 		}
 	}
 	if c.Subject != nil {
-		if c.Inline() {
-			return Call{}, nil, errKeyInline
+		if err := budget.CheckSubject(c.Inline(), c.Subject); err != nil {
+			return Call{}, nil, err
 		}
 		return Call{}, nil, fault.New("NOBUDGET", "no budget node on path '%s'; KEY applies to budget paths only", fault.Printable(c.Path))
 	}
@@ -246,8 +248,6 @@ func (s *Service) resolve(c *Call, sc *Scratch) (Call, *budget.Tree, error) {
 	}
 	return p, nil, nil
 }
-
-var errKeyInline = &fault.Error{Code: "ERR", Msg: "KEY belongs to the budget form; an inline limit's key is the first argument"}
 
 // Peek answers what Acquire would, consuming nothing.
 func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {

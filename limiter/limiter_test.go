@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/testlimiter"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
+	"github.com/sluice-rl/sluice/testsupport/testlimiter"
 )
 
 // gone is a caller that has already left.

@@ -110,8 +110,9 @@ func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, e
 		if o.Concurrency == 0 {
 			return nil, 0, nil
 		}
-		if c.Subject != nil {
-			return nil, 0, errKeyInline
+		// A concurrency slot is keyed by the call's own key.
+		if err := budget.CheckSubject(true, c.Subject); err != nil {
+			return nil, 0, err
 		}
 		sc.slot = append(append(sc.slot[:0], budget.ConcurrencyPrefix...), c.Path...)
 		return sc.slot, o.Concurrency, nil

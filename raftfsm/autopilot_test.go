@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 func TestPlanVoters(t *testing.T) {

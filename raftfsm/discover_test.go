@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // discovered is Options.Discover over a fixed list of RESP addresses,

@@ -8,7 +8,7 @@ import (
 
 // testOptions returns options for node i of an in-process test cluster:
 // loopback with an OS-chosen Raft port, a fresh data dir, fast timing.
-// It is internal/testraft.Options, which these tests cannot import (it
+// It is testsupport/testraft.Options, which these tests cannot import (it
 // imports raftfsm).
 func testOptions(t testing.TB, i int) Options {
 	o := Options{ID: fmt.Sprintf("n%d", i), RaftAddr: "127.0.0.1:0", RespAddr: fmt.Sprintf("127.0.0.1:%d", 1+i),

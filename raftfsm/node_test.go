@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 func setEntry(t testing.TB, path, js string) []byte {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // A write retried after an unknown outcome is applied once: the repeat is

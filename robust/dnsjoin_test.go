@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testdns"
+	"github.com/sluice-rl/sluice/testsupport/testdns"
 )
 
 // TestJoinByDNS starts three nodes, each in its own network namespace

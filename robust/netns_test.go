@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testport"
+	"github.com/sluice-rl/sluice/testsupport/testport"
 )
 
 // Every namespace and host link the suite creates is named

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // A client that announces a huge argument and sends nothing more costs

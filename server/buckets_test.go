@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // At --max-buckets with no bucket full, a call that needs a new bucket is

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // version reads a budget's version from a node's local replica.

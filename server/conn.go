@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/commands"
 )
 
@@ -18,20 +19,19 @@ import (
 // parses every complete command in place (arguments alias the buffer: no
 // copy, no allocation), runs them in order, and writes all their replies
 // with one write: a pipeline costs one read and one write. Replies go
-// through redcon's Writer, and handlers see the connection as a
-// redcon.Conn.
+// through redcon's Writer, which handlers see as a commands.Writer.
 type conn struct {
-	srv  *Server
-	nc   net.Conn
-	wr   *redcon.Writer
-	addr string
+	*redcon.Writer // the replies, buffered until flush
+	srv            *Server
+	nc             net.Conn
+	addr           string
 
 	buf  []byte
 	r, w int
 	args [][]byte
 
-	ctx    any
-	closed bool // QUIT or a protocol error: flush, then close
+	sess   *commands.Session // set when the connection is accepted
+	closed bool              // QUIT or a protocol error: flush, then close
 
 	writeDeadline time.Time // when the write deadline was last pushed back
 	// authBy is when a connection that has not authenticated is closed
@@ -50,29 +50,11 @@ const (
 	shrinkAbove = 1 << 20
 )
 
-var _ redcon.Conn = (*conn)(nil)
+var _ commands.Closer = (*conn)(nil)
 
-// The redcon.Conn methods handlers use.
-func (c *conn) RemoteAddr() string             { return c.addr }
-func (c *conn) Close() error                   { c.closed = true; return nil }
-func (c *conn) WriteError(msg string)          { c.wr.WriteError(msg) }
-func (c *conn) WriteString(str string)         { c.wr.WriteString(str) }
-func (c *conn) WriteBulk(bulk []byte)          { c.wr.WriteBulk(bulk) }
-func (c *conn) WriteBulkString(bulk string)    { c.wr.WriteBulkString(bulk) }
-func (c *conn) WriteInt(num int)               { c.wr.WriteInt(num) }
-func (c *conn) WriteInt64(num int64)           { c.wr.WriteInt64(num) }
-func (c *conn) WriteUint64(num uint64)         { c.wr.WriteUint64(num) }
-func (c *conn) WriteArray(count int)           { c.wr.WriteArray(count) }
-func (c *conn) WriteNull()                     { c.wr.WriteNull() }
-func (c *conn) WriteRaw(data []byte)           { c.wr.WriteRaw(data) }
-func (c *conn) WriteAny(v any)                 { c.wr.WriteAny(v) }
-func (c *conn) Context() any                   { return c.ctx }
-func (c *conn) SetContext(v any)               { c.ctx = v }
-func (c *conn) SetReadBuffer(int)              {}
-func (c *conn) NetConn() net.Conn              { return c.nc }
-func (c *conn) Detach() redcon.DetachedConn    { return nil }
-func (c *conn) PeekPipeline() []redcon.Command { return nil }
-func (c *conn) ReadPipeline() []redcon.Command { return nil }
+// Close ends the connection once the replies written so far are out
+// (QUIT); handlers write those through the embedded Writer.
+func (c *conn) Close() error { c.closed = true; return nil }
 
 // writeTimeout bounds how long a client that stops reading can hold its
 // connection with replies it does not take.
@@ -86,12 +68,12 @@ func (c *conn) flush() error {
 		c.writeDeadline = now
 		c.nc.SetWriteDeadline(now.Add(writeTimeout))
 	}
-	return c.wr.Flush()
+	return c.Flush()
 }
 
 // fail answers a protocol violation and ends the connection.
 func (c *conn) fail(err error) error {
-	c.wr.WriteError("ERR Protocol error: " + err.Error())
+	c.WriteError("ERR Protocol error: " + err.Error())
 	c.srv.env.Metrics.ProtocolErrors.Inc()
 	c.flush()
 	c.linger()
@@ -143,7 +125,7 @@ func (c *conn) resetBuffer() {
 // buffersFull refuses a command the read buffers cannot take and ends the
 // connection.
 func (c *conn) buffersFull() error {
-	c.wr.WriteError("ERR client read buffers are full: the connections' read buffers together reached --max-client-buffers (" +
+	c.WriteError("ERR client read buffers are full: the connections' read buffers together reached --max-client-buffers (" +
 		strconv.Itoa(c.srv.cfg.MaxClientBuffers) + " bytes); this command does not fit now")
 	c.srv.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers").Inc()
 	c.flush()
@@ -161,17 +143,17 @@ func (c *conn) serve() error {
 	c.held = initialBuffer
 	defer func() { c.srv.reserveBuffer(-c.held); c.held = 0 }()
 	c.args = make([][]byte, 0, 16)
-	sess, _ := c.ctx.(*commands.Session)
+	sess := c.sess
 	sess.ReadBuf.Store(int64(len(c.buf)))
 	sess.ReadPeak.Store(int64(len(c.buf)))
 	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
-	preAuth := sess.Role() == commands.RoleNone
+	preAuth := sess.Role() == access.RoleNone
 	for {
 		// Run every complete command in the buffer.
 		for c.r < c.w {
 			use := lim
 			if preAuth {
-				if preAuth = sess.Role() == commands.RoleNone; preAuth {
+				if preAuth = sess.Role() == access.RoleNone; preAuth {
 					use = preAuthLimits
 				}
 			}
@@ -266,7 +248,7 @@ func (c *conn) setReadDeadline(sess *commands.Session) {
 		at, why = time.Now().Add(t), "idle"
 	}
 	if !c.authBy.IsZero() {
-		if sess.Role() != commands.RoleNone {
+		if sess.Role() != access.RoleNone {
 			c.authBy = time.Time{}
 		} else if at.IsZero() || c.authBy.Before(at) {
 			at, why = c.authBy, "auth_timeout"
@@ -351,7 +333,7 @@ func (l *listener) serve() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		c := &conn{srv: l.srv, nc: nc, wr: redcon.NewWriter(nc), addr: nc.RemoteAddr().String()}
+		c := &conn{Writer: redcon.NewWriter(nc), srv: l.srv, nc: nc, addr: nc.RemoteAddr().String()}
 		l.count.Add(1)
 		if !l.srv.accept(c) {
 			c.flush()

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/access"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 func TestConnectionCommands(t *testing.T) {
@@ -226,7 +227,7 @@ func TestMaxClients(t *testing.T) {
 }
 
 func TestProtectedMode(t *testing.T) {
-	if !isLoopback("127.0.0.1:1") || !isLoopback("[::1]:1") || isLoopback("10.0.0.1:1") {
+	if !access.IsLoopback("127.0.0.1:1") || !access.IsLoopback("[::1]:1") || access.IsLoopback("10.0.0.1:1") {
 		t.Fatal("isLoopback")
 	}
 	ip := firstNonLoopbackIP()

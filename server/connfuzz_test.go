@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // FuzzConnectionLoop sends arbitrary bytes over a real connection to a

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/testdns"
+	"github.com/sluice-rl/sluice/testsupport/testdns"
 )
 
 // testResolver is Go's resolver asking only the test's DNS server.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // Writes forwarded over one connection reach the leader's log intact: the

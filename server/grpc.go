@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"strings"
@@ -18,7 +17,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/envoyrls"
 )
 
@@ -54,7 +53,7 @@ func (s *Server) listenGRPC() error {
 		}
 	}
 	g := grpc.NewServer(opts...)
-	rls := envoyrls.NewServer(s.env.Service, cfg, s.rlsStats, s.cfg.MaxKeyLen)
+	rls := envoyrls.NewServer(s.svc, cfg, s.rlsStats, s.cfg.MaxKeyLen)
 	if m := s.cfg.Ratelimit; m != nil {
 		rls.SetOptions(m.Answers)
 	}
@@ -172,7 +171,7 @@ func (s *Server) grpcAuth(ctx context.Context, req any, info *grpc.UnaryServerIn
 	if s.draining.Load() {
 		return nil, status.Error(codes.Unavailable, "server is shutting down")
 	}
-	if err := s.authorize(ctx, metadataValue(ctx, "authorization"), commands.RoleLimiter); err != nil {
+	if err := s.authorize(ctx, metadataValue(ctx, "authorization"), access.RoleLimiter); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
@@ -187,69 +186,16 @@ func metadataValue(ctx context.Context, key string) string {
 }
 
 // authorize checks a gRPC caller (its address and metadata in ctx).
-func (s *Server) authorize(ctx context.Context, authz string, need commands.Role) error {
+func (s *Server) authorize(ctx context.Context, authz string, need access.Role) error {
 	addr := ""
 	if p, ok := peer.FromContext(ctx); ok {
 		addr = p.Addr.String()
 	}
-	switch refusal, msg := s.access(addr, authz, need); refusal {
-	case refuseUnauthenticated:
+	switch refusal, msg := s.env.Auth.CheckCaller(addr, authz, need, s.cfg.ProtectedMode); refusal {
+	case access.Unauthenticated:
 		return status.Error(codes.Unauthenticated, msg)
-	case refuseForbidden:
+	case access.Forbidden:
 		return status.Error(codes.PermissionDenied, msg)
 	}
 	return nil
-}
-
-// Why access refuses a caller.
-const (
-	allowed = iota
-	refuseUnauthenticated
-	refuseForbidden
-)
-
-// access checks a caller of the gRPC or HTTP front as the RESP listener
-// checks a connection: protected mode from its address, credentials from
-// its authorization header ("Bearer <password>" or "Basic …"), and that
-// its role is at least need.
-func (s *Server) access(addr, authz string, need commands.Role) (int, string) {
-	auth := s.env.Auth
-	if !auth.Required() {
-		if s.cfg.ProtectedMode && !isLoopback(addr) {
-			return refuseForbidden, "sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted."
-		}
-		return allowed, ""
-	}
-	user, pass, ok := parseAuthorization(authz)
-	if !ok {
-		return refuseUnauthenticated, "authentication required: send the authorization header as 'Bearer <password>' or 'Basic base64(user:password)'"
-	}
-	role, ok := auth.Check([]byte(user), []byte(pass))
-	if !ok {
-		return refuseUnauthenticated, "invalid username-password pair or user is disabled"
-	}
-	if role < need {
-		return refuseForbidden, fmt.Sprintf("this user has role %s; the call needs %s", role, need)
-	}
-	return allowed, ""
-}
-
-// parseAuthorization reads "Bearer <password>" (user default) or "Basic
-// base64(user:password)".
-func parseAuthorization(v string) (user, pass string, ok bool) {
-	scheme, rest, found := strings.Cut(v, " ")
-	if !found {
-		return "", "", false
-	}
-	switch strings.ToLower(scheme) {
-	case "bearer":
-		return "default", rest, true
-	case "basic":
-		b, err := base64.StdEncoding.DecodeString(rest)
-		if err != nil {
-			return "", "", false
-		}
-		return strings.Cut(string(b), ":")
-	}
-	return "", "", false
 }

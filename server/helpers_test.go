@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testraft"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testraft"
 )
 
 // startServer runs an in-process node (server and one-node Raft cluster)
@@ -41,7 +41,7 @@ type testNode struct {
 	Clock *testkit.Clock
 }
 
-// startTestNode runs a node in the test process as internal/testnode.Start
+// startTestNode runs a node in the test process as testsupport/testnode.Start
 // does (which these tests cannot import: it imports server): loopback
 // ports the OS picks, a fresh data dir, fast Raft timing, logs discarded;
 // unless the node joins another, it waits until the node is ready. The

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // An IMPORT above the documented bound is refused with an error naming it,

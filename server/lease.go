@@ -19,6 +19,8 @@ import (
 type leaser struct {
 	n       *Node
 	client  *respclient.Client
+	store   *engine.Store // the node's buckets, which hold the leases
+	clock   func() int64  // the service clock
 	wake    chan struct{}
 	done    chan ownerReply
 	queued  map[string]map[string]*leaseItem // owner id → bucket → request
@@ -49,7 +51,7 @@ type ownerReply struct {
 const leaseMaxBatch = 4096
 
 func newLeaser(n *Node, client *respclient.Client) *leaser {
-	l := &leaser{n: n, client: client, wake: make(chan struct{}, 1), done: make(chan ownerReply, 16),
+	l := &leaser{n: n, client: client, store: n.Server.svc.Store, clock: n.Server.svc.Clock, wake: make(chan struct{}, 1), done: make(chan ownerReply, 16),
 		queued: map[string]map[string]*leaseItem{}, busy: map[string]bool{}, notTill: map[string]int64{}, downTil: map[string]int64{},
 		asked:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_requests_total", Help: "RL.LEASE requests sent to bucket owners."}),
 		granted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_tokens_granted_total", Help: "Tokens owners granted to this node's leases."}),
@@ -57,13 +59,12 @@ func newLeaser(n *Node, client *respclient.Client) *leaser {
 		failed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_requests_failed_total", Help: "RL.LEASE requests that failed (owner unreachable or refusing); its buckets are then limited locally for a second."}),
 	}
 	n.Server.env.Metrics.Registry.MustRegister(l.asked, l.granted, l.returned, l.failed)
-	n.Server.env.Store.SetWake(l.wake)
+	l.store.SetWake(l.wake)
 	return l
 }
 
 func (l *leaser) run() {
-	store := l.n.Server.env.Store
-	clock := l.n.Server.env.Clock
+	store, clock := l.store, l.clock
 	self := l.n.Raft.ID()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -187,8 +188,8 @@ func (l *leaser) send(owner string, items []*leaseItem) {
 // finish applies an owner's grants; a failed owner is limited locally for
 // a second.
 func (l *leaser) finish(r ownerReply) {
-	store := l.n.Server.env.Store
-	now := l.n.Server.env.Clock()
+	store := l.store
+	now := l.clock()
 	l.busy[r.owner] = false
 	body, ok := bulkBody(r.raw)
 	if r.err != nil || !ok {
@@ -227,7 +228,7 @@ func (l *leaser) finish(r ownerReply) {
 
 // giveBack returns expired leases' tokens to their owners.
 func (l *leaser) giveBack(now int64) {
-	store := l.n.Server.env.Store
+	store := l.store
 	byOwner := map[string][]byte{}
 	store.Expired(now, func(space engine.Space, key []byte, lim *engine.Limit, n int64) {
 		owner, mine := store.Owner(space, key)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // scrape returns the sample values of /metrics keyed by "name{labels}".

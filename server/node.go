@@ -100,9 +100,9 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	rem.setID(rn.ID())
 	peerUser, peerPass := cfg.peerLogin(rn.ID())
 	s.env.Cluster = rn
-	s.env.Service.Cluster, s.env.Service.Quotas = rn, rn.FSM()
+	s.svc.Cluster, s.svc.Quotas = rn, rn.FSM()
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
-	s.env.Store.SetQuotaSource(rn.FSM())
+	s.svc.Store.SetQuotaSource(rn.FSM())
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
 	s.SetReady(rn.Ready)
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
@@ -186,7 +186,7 @@ func (n *Node) seed(path string) {
 		if _, _, ok := n.Raft.Leader(); !ok {
 			continue
 		}
-		warn, err := n.Server.env.Service.ImportBudgets(cfgs, false, true)
+		warn, err := n.Server.svc.ImportBudgets(cfgs, false, true)
 		switch {
 		case err == nil:
 			n.log.Info("budget tree seeded", "file", path, "warn", warn)

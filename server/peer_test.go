@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/commands"
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // forgedBatch is an RL.QUOTASYNC payload counting used calls of key i|k.
@@ -58,7 +58,7 @@ func TestInternalCommandsOnlyFromNodes(t *testing.T) {
 					t.Fatal(got)
 				}
 			}
-			if got := c.Do("ACL", "WHOAMI"); got == `"`+commands.PeerUserPrefix+id+`"` {
+			if got := c.Do("ACL", "WHOAMI"); got == `"`+access.PeerUserPrefix+id+`"` {
 				t.Fatalf("an ordinary login is the node: %s", got)
 			}
 			seqBefore := n.Raft.FSM().QuotaSeq(id)
@@ -96,7 +96,7 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	id := n.Raft.ID()
 	login := func(node, secret string) *resptest.Client {
 		c := resptest.Dial(t, n.Server.RespAddr())
-		if got := c.Do("AUTH", commands.PeerUserPrefix+node, commands.PeerToken(secret, node)); got != "+OK" {
+		if got := c.Do("AUTH", access.PeerUserPrefix+node, access.PeerToken(secret, node)); got != "+OK" {
 			t.Fatalf("AUTH as node %s: %s", node, got)
 		}
 		return c
@@ -105,9 +105,9 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	// requirepass, and name one node.
 	c := resptest.Dial(t, n.Server.RespAddr())
 	for _, args := range [][]string{
-		{"AUTH", commands.PeerUserPrefix + id, commands.PeerToken("client-pass", id)},
-		{"AUTH", commands.PeerUserPrefix + id, commands.PeerToken("peer-secret", "other")},
-		{"AUTH", commands.PeerUserPrefix + id, "peer-secret"},
+		{"AUTH", access.PeerUserPrefix + id, access.PeerToken("client-pass", id)},
+		{"AUTH", access.PeerUserPrefix + id, access.PeerToken("peer-secret", "other")},
+		{"AUTH", access.PeerUserPrefix + id, "peer-secret"},
 	} {
 		if got := c.Do(args...); got != "-WRONGPASS invalid username-password pair or user is disabled." {
 			t.Errorf("%q: %s", args, got)

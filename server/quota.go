@@ -10,14 +10,14 @@ import (
 // every --sync-interval (quota.Syncer), straight through the service, and
 // keeps its quota reservations (quota.Reserver).
 func (n *Node) startQuotaSync(cfg *Config) {
-	env := n.Server.env
+	env, svc := n.Server.env, n.Server.svc
 	fsm := n.Raft.FSM()
 	self := n.Raft.ID()
 	q := &quota.Syncer{
-		Store: env.Store, Self: self, Clock: env.Clock, Log: n.log,
+		Store: svc.Store, Self: self, Clock: svc.Clock, Log: n.log,
 		MaxBytes: min(cfg.MaxBulkLen/2, quota.MaxBatchBytes),
 		Commit: func(b *quota.Batch) error {
-			_, err := env.Service.CommitQuotas(self, b)
+			_, err := svc.CommitQuotas(self, b)
 			return err
 		},
 		LastSeq: func() uint64 { return fsm.QuotaSeq(self) },
@@ -29,7 +29,7 @@ func (n *Node) startQuotaSync(cfg *Config) {
 	}
 	env.Metrics.Registry.MustRegister(q.Committed.(prometheus.Counter), q.Failed.(prometheus.Counter))
 	// In a cluster, quotas admit only from units reserved through Raft.
-	r := &quota.Reserver{Self: self + "@" + quota.Incarnation(), Ready: n.Raft.CaughtUp, Store: env.Store, Clock: env.Clock, Log: n.log,
+	r := &quota.Reserver{Self: self + "@" + quota.Incarnation(), Ready: n.Raft.CaughtUp, Store: svc.Store, Clock: svc.Clock, Log: n.log,
 		Members: func() int { return len(n.Raft.State().Members) },
 
 		Committed: fsm.Quota,
@@ -39,11 +39,11 @@ func (n *Node) startQuotaSync(cfg *Config) {
 			Help: "Quota reservations that failed (no leader, the leader unreachable or refusing); calls needing the units are refused meanwhile."}),
 	}
 	env.Metrics.Registry.MustRegister(r.Reserved.(prometheus.Counter), r.Failed.(prometheus.Counter))
-	r.Propose = func(items []quota.Item) error { return env.Service.ReserveQuotas(r.Self, items) }
+	r.Propose = func(items []quota.Item) error { return svc.ReserveQuotas(r.Self, items) }
 	r.Init()
 	q.Reserver = r
-	env.Store.SetQuotaGate(r)
-	env.Service.Reserve = r.Reserve
+	svc.Store.SetQuotaGate(r)
+	svc.Reserve = r.Reserve
 	go r.Run(n.stop)
 	q.Start()
 	fsm.SetQuotaObserver(q)

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/commands"
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/access"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // committedQuota waits until n's replica holds used tokens in key's
@@ -41,7 +41,7 @@ func TestInlineQuotaCountsCalendarPeriods(t *testing.T) {
 	// them from there: still 3 used, not 6.
 	committedQuota(t, n, "i|k", 3)
 	testkit.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
-		return n.Server.env.Store.QuotaCount([]byte("i|k"), t0) == 0
+		return n.Server.svc.Store.QuotaCount([]byte("i|k"), t0) == 0
 	})
 	script(t, c, []exchange{
 		{cmd("RL.QUOTA", "k"), `["level" "k" "limit" 3 "used" 3 "remaining" 0 "period" "day" "resets_at" ` + tomorrow + ` "reset_after_ms" ` + sixHours + `]`},
@@ -262,7 +262,7 @@ func TestQuotaKeysNeedNotBeText(t *testing.T) {
 		}
 		committedQuota(t, n, "i|"+key, 3)
 		testkit.WaitFor(t, 5*time.Second, "the count to settle", func() bool {
-			return n.Server.env.Store.QuotaCount([]byte("i|"+key), t0) == 0
+			return n.Server.svc.Store.QuotaCount([]byte("i|"+key), t0) == 0
 		})
 		if got := c.Do("RL.ACQUIRE", key, "QUOTA", "3", "PER", "day"); !strings.HasPrefix(got, "[0 0 3 ") {
 			t.Fatalf("%q after 3 of 3 committed: %s", key, got)
@@ -325,7 +325,7 @@ func TestManyQuotaCountersAreCommittedInSeveralBatches(t *testing.T) {
 func TestQuotaBatchFromTheFutureIsRefused(t *testing.T) {
 	n := startNode(t, nil)
 	c := resptest.Dial(t, n.Server.RespAddr())
-	if got := c.Do("AUTH", commands.PeerUserPrefix+n.Raft.ID(), commands.PeerToken("", n.Raft.ID())); got != "+OK" {
+	if got := c.Do("AUTH", access.PeerUserPrefix+n.Raft.ID(), access.PeerToken("", n.Raft.ID())); got != "+OK" {
 		t.Fatal(got) // internal commands come from nodes only
 	}
 	future := `{"seq":18446744073709551615,"now":1,"quotas":[{"key":"aXxr","limit":5,"start":0,"end":9999999999999999999,"used":1,"period":"day UTC"}]}`
@@ -356,7 +356,7 @@ func TestScanAndDBSizeShowQuotaCounters(t *testing.T) {
 	committedQuota(t, n, "i|k", 1)
 	committedQuota(t, n, "i|solo", 1)
 	testkit.WaitFor(t, 5*time.Second, "the node to settle its counts", func() bool {
-		return n.Server.env.Store.QuotaCount([]byte("i|k"), t0) == 0 && n.Server.env.Store.QuotaCount([]byte("i|solo"), t0) == 0
+		return n.Server.svc.Store.QuotaCount([]byte("i|k"), t0) == 0 && n.Server.svc.Store.QuotaCount([]byte("i|solo"), t0) == 0
 	})
 	want := []string{`"k"`, `"quota:k"`, `"quota:solo"`}
 	if got := c.Do("SCAN", "0", "COUNT", "1000"); !strings.HasPrefix(got, `["0" [`) || !containsAll(got, want) || strings.Count(got, `"quota:k"`) != 1 {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-rl/sluice/commands"
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/envoyrls"
 )
 
@@ -113,7 +113,7 @@ func (s *Server) reloadACL() {
 	r := &s.reload
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	acl, err := LoadACL(s.cfg.ACLFile)
+	acl, err := access.LoadACL(s.cfg.ACLFile)
 	if err != nil {
 		s.log.Error("acl file not reloaded: the users in force stay", "path", s.cfg.ACLFile, "err", err)
 		return
@@ -131,7 +131,7 @@ func (s *Server) reloadACL() {
 
 // aclNames records the users of the ACL file loaded at start, for the
 // first reload's comparison.
-func (s *Server) aclNames(acl []commands.ACLUser) {
+func (s *Server) aclNames(acl []access.User) {
 	for _, u := range acl {
 		s.reload.aclUsers = append(s.reload.aclUsers, u.Name+":"+u.Role.String())
 	}

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // TestReloadACLFile: a reload puts the ACL file's new users in force for

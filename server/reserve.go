@@ -18,7 +18,7 @@ const expireEvery = 100 * time.Millisecond
 // client can name another's reservation) and expires reservations on a
 // ticker.
 func (n *Node) startReservations(cfg *Config) {
-	svc := n.Server.env.Service
+	svc := n.Server.svc
 	svc.Holds = reserve.New(n.Raft.ID(), cfg.MaxReservations, rand.Uint64()>>1)
 	svc.Holds.SetTags(rand.Uint64)
 	svc.ReserveTTL = int64(cfg.ReservationTTL)

@@ -11,9 +11,9 @@
 //
 // RESP is read by sluice's own zero-copy parser (resp.go): redcon's server
 // copies every command and allocates its argument slice, which cost more
-// than the limiting itself. Replies are written with redcon's Writer and
-// handlers see each connection as a redcon.Conn, so the command code is
-// plain redcon handler code.
+// than the limiting itself. Replies are written with redcon's Writer, and
+// handlers write to a commands.Writer of its shape, nothing else of the
+// connection.
 package server
 
 import (
@@ -38,11 +38,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/console"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/usage"
 )
 
 // Version is the server's version, reported by HELLO and INFO.
@@ -54,6 +57,8 @@ type Server struct {
 	log *slog.Logger
 	env *commands.Env
 	reg *commands.Registry
+	// svc is the limiter every front calls and the peer exchanges use.
+	svc *limiter.Service
 
 	ln       *listener
 	http     *http.Server
@@ -84,7 +89,7 @@ type Server struct {
 
 // New builds a node from a validated config. It binds nothing yet.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	acl, err := LoadACL(cfg.ACLFile)
+	acl, err := access.LoadACL(cfg.ACLFile)
 	if err != nil {
 		return nil, err
 	}
@@ -98,20 +103,20 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	store := engine.New(engine.Options{Shards: cfg.Shards, MaxBuckets: cfg.MaxBuckets})
 	s.env = &commands.Env{
-		Store:     store,
 		Clients:   commands.NewClients(),
-		Auth:      commands.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
-		PeerAuth:  commands.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
+		Auth:      access.NewAuth(cfg.RequirePass, peerUser(cfg, acl)),
+		PeerAuth:  access.NewPeerAuth(cfg.peerSecret(), cfg.RequirePass != "" || cfg.PeerPassword != "" || len(acl) > 0),
 		Metrics:   commands.NewMetrics(reg),
 		Registry:  reg,
 		Version:   Version,
 		Started:   time.Now(),
 		MaxKeyLen: cfg.MaxKeyLen,
-		Shutdown:  s.shutdown,
 
 		SyncInterval: cfg.SyncInterval,
 	}
-	s.env.Service = s.env.NewService()
+	s.svc = &limiter.Service{Store: store, Clock: s.env.Clock, Shutdown: s.shutdown,
+		Waiting: s.env.Metrics.AddWaiting, Counted: s.env.Metrics.Count, Recorder: usage.NewRecorder()}
+	s.env.Service = s.svc
 	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {
 		var out []commands.Setting
@@ -139,7 +144,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_buckets_refused_total", Help: "Calls refused because they needed a new bucket at --max-buckets while no bucket was full."},
 			func() float64 { return float64(store.Refusals()) }),
 	)
-	m.MustRegister(newUsageMetrics(s.env.Service))
+	m.MustRegister(newUsageMetrics(s.svc))
 	s.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers") // at 0 from the start
 	return s, nil
 }
@@ -169,11 +174,11 @@ func (s *Server) reserveBuffer(n int64) bool {
 const PeerUser = "sluice-peer"
 
 // peerUser adds the peer user to the ACL users when --peer-password is set.
-func peerUser(cfg Config, acl []commands.ACLUser) []commands.ACLUser {
+func peerUser(cfg Config, acl []access.User) []access.User {
 	if cfg.PeerPassword == "" {
 		return acl
 	}
-	return append(acl, commands.ACLUser{Name: PeerUser, Role: commands.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
+	return append(acl, access.User{Name: PeerUser, Role: access.RoleAdmin, Hash: sha256.Sum256([]byte(cfg.PeerPassword))})
 }
 
 // peerSecret is the cluster secret nodes prove themselves to each other
@@ -187,7 +192,7 @@ func (c *Config) peerSecret() string {
 
 // peerLogin returns the user and password node id authenticates as.
 func (c *Config) peerLogin(id string) (user, password string) {
-	return commands.PeerUserPrefix + id, commands.PeerToken(c.peerSecret(), id)
+	return access.PeerUserPrefix + id, access.PeerToken(c.peerSecret(), id)
 }
 
 // Env exposes the shared command environment (for tests and wiring).
@@ -352,19 +357,10 @@ func (s *Server) sweep() {
 		case <-s.shutdown:
 			return
 		case <-t.C:
-			st := s.env.Store
-			st.Sweep(s.env.Clock(), max(st.Len()/2, 1<<16))
+			st := s.svc.Store
+			st.Sweep(s.svc.Clock(), max(st.Len()/2, 1<<16))
 		}
 	}
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // accept admits or refuses a new connection and creates its session.
@@ -378,16 +374,16 @@ func (s *Server) accept(c *conn) bool {
 	if s.draining.Load() {
 		return refuse("shutdown", "ERR server is shutting down")
 	}
-	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !isLoopback(c.addr) {
-		return refuse("protected_mode", "DENIED sluice is running in protected mode because no password is set: only loopback clients are accepted. Set --requirepass (or --acl-file), or start with --protected-mode=false if this network is trusted.")
+	if s.cfg.ProtectedMode && !s.env.Auth.Required() && !access.IsLoopback(c.addr) {
+		return refuse("protected_mode", "DENIED "+access.ProtectedMode)
 	}
 	if s.ln.count.Load() > int64(s.cfg.MaxClients) {
 		return refuse("maxclients", "ERR max number of clients reached")
 	}
 	m.ConnectionsReceived.Inc()
-	role := commands.RoleAdmin
+	role := access.RoleAdmin
 	if s.env.Auth.Required() {
-		role = commands.RoleNone
+		role = access.RoleNone
 		if s.cfg.AuthTimeout > 0 {
 			c.authBy = time.Now().Add(s.cfg.AuthTimeout)
 		}
@@ -396,7 +392,7 @@ func (s *Server) accept(c *conn) bool {
 	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
 	sess.FD = connFD(nc)
 	s.env.Clients.Add(sess)
-	c.SetContext(sess)
+	c.sess = sess
 	return true
 }
 
@@ -421,7 +417,7 @@ func connFD(nc net.Conn) int {
 
 // closed forgets a finished connection.
 func (s *Server) closed(c *conn, err error) {
-	if sess, ok := c.ctx.(*commands.Session); ok {
+	if sess := c.sess; sess != nil {
 		s.env.Clients.Remove(sess)
 		sess.Close()
 	}
@@ -439,7 +435,7 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.env.Service, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
+	api := &httpapi.API{Service: s.svc, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
 		Relay: func(args [][]byte) ([]byte, bool, error) { return commands.RelayToIssuer(s.env.Cluster, args) }}
 	api.Register(mux)
 	console.Register(mux)
@@ -464,14 +460,14 @@ func (s *Server) httpHandler() http.Handler {
 // httpAccess checks a caller of the HTTP API: refund needs the admin
 // role, the rest the limiter role.
 func (s *Server) httpAccess(r *http.Request, admin bool) error {
-	need := commands.RoleLimiter
+	need := access.RoleLimiter
 	if admin {
-		need = commands.RoleAdmin
+		need = access.RoleAdmin
 	}
-	switch refusal, msg := s.access(r.RemoteAddr, r.Header.Get("Authorization"), need); refusal {
-	case refuseUnauthenticated:
+	switch refusal, msg := s.env.Auth.CheckCaller(r.RemoteAddr, r.Header.Get("Authorization"), need, s.cfg.ProtectedMode); refusal {
+	case access.Unauthenticated:
 		return &httpapi.Denied{Status: http.StatusUnauthorized, Msg: msg}
-	case refuseForbidden:
+	case access.Forbidden:
 		return &httpapi.Denied{Status: http.StatusForbidden, Msg: msg}
 	}
 	return nil

@@ -20,6 +20,7 @@ const maxSyncMessage = 1 << 20
 type syncer struct {
 	n       *Node
 	client  *respclient.Client
+	store   *engine.Store          // the node's buckets, whose consumption it sends
 	workers map[string]chan []byte // peer id → its queue
 	sent    prometheus.Counter
 	dropped prometheus.Counter
@@ -27,7 +28,7 @@ type syncer struct {
 }
 
 func newSyncer(n *Node, client *respclient.Client) *syncer {
-	y := &syncer{n: n, client: client, workers: map[string]chan []byte{},
+	y := &syncer{n: n, client: client, store: n.Server.svc.Store, workers: map[string]chan []byte{},
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_sent_total", Help: "RL.SYNC messages delivered to peers."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_dropped_total", Help: "RL.SYNC messages dropped because a peer's queue was full."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_failed_total", Help: "RL.SYNC messages a peer did not accept (unreachable, refused)."}),
@@ -39,7 +40,7 @@ func newSyncer(n *Node, client *respclient.Client) *syncer {
 func (y *syncer) run(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	store := y.n.Server.env.Store
+	store := y.store
 	self := y.n.Raft.ID()
 	on := false
 	var consumed, back syncBatch
@@ -168,7 +169,7 @@ var syncLagDesc = prometheus.NewDesc("sluice_sync_lag_seconds",
 func (c syncLagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- syncLagDesc }
 
 func (c syncLagCollector) Collect(ch chan<- prometheus.Metric) {
-	v := float64(c.n.Server.env.SyncLag())
+	v := float64(c.n.Server.svc.SyncLag(c.n.Raft.ID(), c.n.Server.env.Started))
 	if v > 0 {
 		v /= 1e9
 	}

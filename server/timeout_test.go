@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/resptest"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
 // closedByServer waits (at most 15 s) until the server closes c.

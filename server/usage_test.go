@@ -20,8 +20,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-	"github.com/sluice-rl/sluice/internal/resptest"
-	"github.com/sluice-rl/sluice/internal/testkit"
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 func TestUsageReportsNodes(t *testing.T) {
@@ -42,7 +42,7 @@ func TestUsageReportsNodes(t *testing.T) {
 	// applies may count it twice for that instant.
 	committedQuota(t, n, "b|acme", 10)
 	testkit.WaitFor(t, 5*time.Second, "the node to settle its count", func() bool {
-		return n.Server.env.Store.QuotaCount([]byte("b|acme"), t0) == 0
+		return n.Server.svc.Store.QuotaCount([]byte("b|acme"), t0) == 0
 	})
 	eighteen := "64800000" // 18 h to midnight UTC
 	script(t, c, []exchange{

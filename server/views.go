@@ -35,7 +35,7 @@ func (s *Server) clusterStatus() (httpapi.ClusterStatus, error) {
 	out := httpapi.ClusterStatus{NodeID: cl.ID(), Role: role, LeaderID: leaderID, LeaderAddr: leaderAddr,
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: cl.AppliedIndex(), SyncLagMs: -1,
 		Members: []httpapi.ClusterMember{}}
-	if lag := s.env.SyncLag(); lag >= 0 {
+	if lag := s.svc.SyncLag(cl.ID(), s.env.Started); lag >= 0 {
 		out.SyncLagMs = lag / 1e6
 	}
 	voters, err := cl.Voters()

@@ -14,9 +14,8 @@ import (
 var testingImporters = []string{"github.com/hashicorp/raft"}
 
 // The shipped binary builds no test helper: no package of this module in
-// its build imports "testing" (test helpers live in internal/testkit,
-// internal/testraft and internal/testnode, which only tests import), and
-// no dependency does beyond the known ones.
+// its build imports "testing" (test helpers live under testsupport/,
+// which only tests import), and no dependency does beyond the known ones.
 func TestBinaryBuildsNoTestHelpers(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}} {{if .Module}}{{.Module.Main}}{{end}} {{join .Imports " "}}`, ".").Output()
 	if err != nil {

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testraft"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testraft"
 )
 
 // Options describes a node for Start.

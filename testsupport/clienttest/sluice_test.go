@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/internal/testkit"
-	"github.com/sluice-rl/sluice/internal/testnode"
 	"github.com/sluice-rl/sluice/server"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testnode"
 )
 
 // t0 is a midnight UTC, a multiple of every window in the tests.
