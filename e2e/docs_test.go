@@ -12,7 +12,7 @@ package e2e
 //	restart: n1 n2 n3                  cluster nodes stopped and started again on their data
 //	term: held                         SIGTERM to the block's servers once they hold a call (WAIT)
 //	setup: cmd                         a shell command run first
-//	needs: go|python3-redis|node-modules|sluice-python|sluice-node  programs a machine may lack
+//	needs: go|python3-redis|node-modules|sluice-python|sluice-node|grpcurl  programs a machine may lack
 //	skip: why                          the block does not run; counted and listed
 //
 // and above a code block of another language:
@@ -225,6 +225,10 @@ exec ` + cli + ` "${args[@]}"
 		scripts["curl"] = docWrapperCommon + `exec ` + curl + ` "${args[@]}"
 `
 	}
+	if g, err := exec.LookPath("grpcurl"); err == nil {
+		scripts["grpcurl"] = docWrapperCommon + `exec ` + g + ` "${args[@]}"
+`
+	}
 	for name, src := range scripts {
 		if err := os.WriteFile(filepath.Join(e.bin, name), []byte(src), 0o755); err != nil {
 			t.Fatal(err)
@@ -296,7 +300,8 @@ func (e *docEnv) launch(spec []string) docServers {
 		n = 3
 	}
 	for i := 0; i < n; i++ {
-		for _, doc := range []int{port + i, port + 1000 + i, port + 3000 + i} {
+		// RESP, Raft, a gRPC listener if the flags ask for one, HTTP.
+		for _, doc := range []int{port + i, port + 1000 + i, port + 2000 + i, port + 3000 + i} {
 			srv.ports[strconv.Itoa(doc)] = freePort(t)
 		}
 	}
@@ -340,9 +345,10 @@ func (e *docEnv) grow(srv *docServers, n, port int, flags []string) bool {
 			}
 		}
 		for _, f := range flags {
-			// A file's flag values (--acl-file users.acl) are relative to its directory.
+			// A file's flag values (--acl-file users.acl, --envoy-config
+			// rules.yaml) are relative to its directory.
 			if f = srv.mapPorts(f); len(args) > 0 && strings.HasPrefix(args[len(args)-1], "--") &&
-				strings.HasSuffix(args[len(args)-1], "-file") && !filepath.IsAbs(f) {
+				(strings.HasSuffix(args[len(args)-1], "-file") || args[len(args)-1] == "--envoy-config") && !filepath.IsAbs(f) {
 				f = filepath.Join(e.dir, f)
 			}
 			args = append(args, f)
@@ -616,6 +622,10 @@ func docNeeds(names []string) (env []string, missing string) {
 				return nil, "cannot link clients/node as @sluice-rl/sluice"
 			}
 			env = append(env, "NODE_PATH="+link+":"+filepath.Join(dir, "node_modules"))
+		case "grpcurl":
+			if _, err := exec.LookPath("grpcurl"); err != nil {
+				return nil, "grpcurl is not installed: go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 (.ci/run does this)"
+			}
 		case "node-modules":
 			dir := findNodeModules()
 			if _, err := exec.LookPath("node"); err != nil {
@@ -956,6 +966,9 @@ func runDocFile(t *testing.T, blocks []docBlock) (r docRun) {
 		}
 		e.extra = env
 		if b.fresh != nil || e.srv.procs == nil {
+			// The servers may be given the doc's files (--envoy-config
+			// ratelimit.yaml); their ports are mapped again below.
+			e.writeFiles()
 			e.startServers(b.fresh)
 		}
 		var kept docServers
