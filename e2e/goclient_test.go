@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -134,6 +135,10 @@ func TestFailurePolicyWithoutSluice(t *testing.T) {
 			defer rdb.Close()
 			cl := sl.New(rdb, sl.OnFailure(c.policy)) // default Timeout, 50 ms
 			ctx := context.Background()
+			// Each call ends at its deadline, not at go-redis's 3 s read
+			// timeout: the fastest within 100 ms, none past 1 s (a busy
+			// machine may hold up one of them, not every one).
+			fastest, slowest := time.Duration(math.MaxInt64), time.Duration(0)
 			for i := 0; i < sl.DefaultBreakerFailures; i++ {
 				start := time.Now()
 				d, err := cl.AcquireInline(ctx, "k", sl.Limit{Rate: 10})
@@ -141,24 +146,32 @@ func TestFailurePolicyWithoutSluice(t *testing.T) {
 				if err != nil || d.Source != c.source || d.Err == nil {
 					t.Fatalf("call %d: %+v %v", i+1, d, err)
 				}
-				if el >= 100*time.Millisecond && !raceEnabled {
-					t.Fatalf("call %d took %v, over 100 ms", i+1, el)
-				}
+				fastest, slowest = min(fastest, el), max(slowest, el)
 			}
+			t.Logf("calls with the breaker closed: fastest %v, slowest %v", fastest, slowest)
+			if !raceEnabled && (fastest >= 100*time.Millisecond || slowest >= time.Second) {
+				t.Fatalf("calls took %v to %v: want the fastest under 100 ms and none over 1 s", fastest, slowest)
+			}
+			// With the breaker open, a thousand calls cost under 1 ms: the
+			// best of five rounds, so that one descheduling of this
+			// goroutine does not decide.
 			const n = 1000
-			start := time.Now()
-			for i := 0; i < n; i++ {
-				if d, _ := cl.AcquireInline(ctx, "k", sl.Limit{Rate: 10}); d.Source != c.source {
-					t.Fatalf("call %d with the breaker open: %+v", i, d)
+			best := time.Duration(math.MaxInt64)
+			for round := 0; round < 5; round++ {
+				start := time.Now()
+				for i := 0; i < n; i++ {
+					if d, _ := cl.AcquireInline(ctx, "k", sl.Limit{Rate: 10}); d.Source != c.source {
+						t.Fatalf("call %d with the breaker open: %+v", i, d)
+					}
 				}
+				best = min(best, time.Since(start))
 			}
-			el := time.Since(start)
-			t.Logf("%d calls with the breaker open: %v", n, el)
+			t.Logf("%d calls with the breaker open: %v at best", n, best)
 			if raceEnabled {
 				return // the bound holds without the race detector (make test checks it so)
 			}
-			if el >= time.Millisecond {
-				t.Fatalf("%d calls with the breaker open took %v, over 1 ms", n, el)
+			if best >= time.Millisecond {
+				t.Fatalf("%d calls with the breaker open took %v at best of five, over 1 ms", n, best)
 			}
 		})
 	}
