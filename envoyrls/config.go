@@ -78,7 +78,8 @@ type Limit struct {
 	StreamDone bool
 
 	window time.Duration
-	lim    engine.Limit // fixed window of RequestsPerUnit; unset when 0 or unlimited
+	lim    engine.Limit  // fixed window of RequestsPerUnit; unset when 0 or unlimited
+	flag   *engine.Limit // the over flag's limit (PerDescriptor): one a window
 }
 
 // Rule is one descriptor of a configuration: a key, an optional value (a
@@ -668,6 +669,13 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		return nil, err
 	}
 	uw, valid := unitWindows[strings.ToLower(unit)]
+	if !valid && unit != "" {
+		// sluice's extension: any period, written as a duration (10s, 5m,
+		// 1h30m, 7d); reported to Envoy as its unit when it is one.
+		if d, ok := engine.ParseWindow([]byte(unit)); ok {
+			uw.unit, uw.window, valid = unitOf(d), d, true
+		}
+	}
 	switch {
 	case l.Unlimited && valid:
 		return nil, &configError{file, f["unit"].Line, "should not specify rate limit unit when unlimited"}
@@ -712,6 +720,15 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	if !l.Unlimited && l.RequestsPerUnit > 0 {
 		if l.lim, err = engine.NewLimit(l.Algorithm, int64(l.RequestsPerUnit), l.window, l.Burst); err != nil {
 			return nil, &configError{file, n.Line, err.Error()}
+		}
+	}
+	if !l.Unlimited {
+		if l.flag = overFlags[l.window]; l.flag == nil {
+			fl, err := engine.NewLimit(engine.FixedWindow, 1, l.window, 1)
+			if err != nil {
+				return nil, &configError{file, n.Line, err.Error()}
+			}
+			l.flag = &fl
 		}
 	}
 	if rep := f["replaces"]; rep != nil && rep.Tag != "!!null" {

@@ -101,6 +101,7 @@ type part struct {
 	rpu     uint32
 	unit    Unit
 	window  time.Duration
+	flag    *engine.Limit // the over flag's limit: one a window (PerDescriptor)
 	name    string
 	metric  string
 	keyFrom int // the call's key and subject in work.buf
@@ -418,7 +419,7 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 		if window == 0 {
 			return s.requestError("limit override: unit must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR")
 		}
-		p.rpu, p.unit, p.window = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window
+		p.rpu, p.unit, p.window, p.flag = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window, overFlags[window]
 		p.metric = domain + ".override"
 		p.kind = limited
 		if p.rpu == 0 {
@@ -456,7 +457,7 @@ func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
 		p.kind = unlimited
 		return nil
 	}
-	p.rpu, p.unit, p.window = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window
+	p.rpu, p.unit, p.window, p.flag = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window, r.Limit.flag
 	p.kind = limited
 	if r.ShadowMode {
 		p.kind = shadow

@@ -112,3 +112,51 @@ func TestApplyOnStreamDoneAsThePeer(t *testing.T) {
 		t.Fatalf("the check after: %v, want OVER_LIMIT", got)
 	}
 }
+
+// TestCustomPeriods: a rule's unit may be a duration (sluice's extension):
+// a fixed window of that length, reported to Envoy as UNKNOWN unless it is
+// one of Envoy's units; run as the peer, its refused hits are remembered
+// for the same window.
+func TestCustomPeriods(t *testing.T) {
+	now := t0
+	yaml := `
+domain: d
+descriptors:
+  - key: ten
+    rate_limit: {unit: 10s, requests_per_unit: 2}
+  - key: hour
+    rate_limit: {unit: 60m, requests_per_unit: 1}
+`
+	for _, peerMode := range []bool{false, true} {
+		s := newServer(t, yaml, &now)
+		if peerMode {
+			s.SetOptions(PeerOptions())
+		}
+		call := func(k string, hits uint64) *rlsv3.RateLimitResponse_DescriptorStatus {
+			t.Helper()
+			resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{tokens(k, "x", hits)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Statuses[0]
+		}
+		now = t0 + int64(3*time.Second)
+		if st := call("ten", 1); st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_UNKNOWN || st.CurrentLimit.RequestsPerUnit != 2 {
+			t.Fatalf("peer %v: first of a 10 s window: %v", peerMode, st)
+		}
+		call("ten", 1)
+		if st := call("ten", 1); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("peer %v: third in the window: %v", peerMode, st)
+		}
+		if st := call("ten", 0); peerMode && st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("peer: the window counted the refused hit: %v", st)
+		}
+		now = t0 + int64(10*time.Second) // the next window
+		if st := call("ten", 1); st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("peer %v: the next 10 s window: %v", peerMode, st)
+		}
+		if st := call("hour", 1); st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR {
+			t.Fatalf("peer %v: 60m is Envoy's HOUR: %v", peerMode, st)
+		}
+	}
+}
