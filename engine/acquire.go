@@ -1,7 +1,5 @@
 package engine
 
-import "math"
-
 // Request is one bucket's share of an acquire: its key, its limit and the
 // tokens to take from it.
 type Request struct {
@@ -524,51 +522,6 @@ func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int6
 	}
 	e.st = st
 	return Result{Allowed: true, Remaining: o.remaining, Limit: l.Burst, ResetAfter: o.reset}, true
-}
-
-func refundState(l *Limit, st state, now, n int64) state {
-	switch l.Algo {
-	case FixedWindow:
-		k := floorDiv(now, l.Window)
-		switch {
-		case st.a == k:
-			st.b = max(st.b-n, 0)
-		case st.a > k:
-			// A reservation in a later window: the current window was
-			// (treated as) full when it was made, and stays so.
-			if st.b -= n; st.b <= 0 {
-				st = state{a: k, b: l.Burst}
-			}
-		}
-		return st
-	case SlidingWindow:
-		k := floorDiv(now, l.Window)
-		switch {
-		case st.a == k-1:
-			st = state{a: k, b: st.c}
-		case st.a < k-1:
-			return state{a: math.MinInt64}
-		}
-		if st.c -= n; st.c < 0 {
-			st.b, st.c = max(st.b+st.c, 0), 0
-		}
-		return st
-	case Cell:
-		st.a = max(st.a-l.ei*n, now)
-		return st
-	}
-	tn, tf := tatOf(st, true, now)
-	q, rem := l.advance(0, 0, n)
-	tn -= q
-	if tf < rem {
-		tn--
-		tf += uint64(l.Rate)
-	}
-	tf -= rem
-	if tn < now || (tn == now && tf == 0) {
-		return state{a: math.MinInt64}
-	}
-	return state{a: tn, b: int64(tf)}
 }
 
 // Reset forgets key's bucket and reports whether there was one.

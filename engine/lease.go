@@ -194,7 +194,7 @@ func refillTime(l *Limit, n int64) int64 {
 // the members. The credits of all other members together stay below one
 // burst, the momentary excess the cluster's bound allows.
 func (s *Store) credit(l *Limit) int64 {
-	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
+	if l.Algo.IsWindow() {
 		return 0 // a window's count starts afresh: debt cannot repay a credit
 	}
 	n := int64(1)
@@ -210,8 +210,7 @@ func (s *Store) credit(l *Limit) int64 {
 // on its way), or its owner said when it expects tokens and that time has
 // not come.
 func (s *Store) leaseView(sh *shard, lv *level, r *Request, now int64, st state) (state, int64) {
-	windowed := r.Limit.Algo == FixedWindow || r.Limit.Algo == SlidingWindow
-	if lv.exists && st.a > 0 && (now < st.b || !windowed) {
+	if lv.exists && st.a > 0 && (now < st.b || !r.Limit.Algo.IsWindow()) {
 		// A rate limit's tokens stay good after their lease's time: it
 		// only says when unused ones go back.
 		st.b = max(st.b, now+1)
@@ -375,7 +374,7 @@ func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires
 		s.live.Add(1)
 	}
 	e := sh.entry(i)
-	if now >= e.st.b && (lim.Algo == FixedWindow || lim.Algo == SlidingWindow) {
+	if now >= e.st.b && lim.Algo.IsWindow() {
 		// Tokens of an ended window: the owner's window has ended too.
 		e.st.a = 0
 		delete(sh.credit, i)
@@ -435,21 +434,12 @@ func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, lef
 			return 0, 0, max(sh.fullUntil-now, rescanAfter), 0
 		}
 	}
-	return r.Cost, leaseEnd(r.Limit, now), 0, lv.out.remaining
+	return r.Cost, familyOf(r.Limit).leaseEnd(r.Limit, now), 0, lv.out.remaining
 }
 
 // maxCreditDebt bounds, in bursts, how far charged credit may take an
 // owner's bucket below empty.
 const maxCreditDebt = 64
-
-// leaseEnd is when tokens taken at now stop being usable: the end of the
-// window they belong to, else now + LeaseTTL.
-func leaseEnd(l *Limit, now int64) int64 {
-	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
-		return (floorDiv(now, l.Window) + 1) * l.Window
-	}
-	return now + LeaseTTL
-}
 
 // Expired calls f with every lease of tokens past its end that still holds
 // some, and empties it; the caller gives them back to the owner (Return).
@@ -470,7 +460,7 @@ func (s *Store) Expired(now int64, f func(space Space, key []byte, lim *Limit, n
 			lim := &sh.limits[e.lim].lim
 			backed := e.st.a - sh.credit[i] // credit never came from the owner
 			delete(sh.credit, i)
-			if backed > 0 && lim.Algo != FixedWindow && lim.Algo != SlidingWindow {
+			if backed > 0 && !lim.Algo.IsWindow() {
 				f(e.space&^leaseBit, sh.key(e), lim, backed)
 			}
 			e.st.a = 0

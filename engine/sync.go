@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"time"
 )
 
 // Consumption sync: every node limits from its own buckets, and tells its
@@ -221,41 +220,6 @@ func (s *Store) consume(now int64, space Space, key []byte, lim *Limit, delta, m
 	}
 }
 
-// consumeState adds delta tokens of consumption to st at now, capped at
-// maxDebt tokens beyond an empty bucket.
-func consumeState(l *Limit, st state, exists bool, now, delta, maxDebt int64) state {
-	most := min(delta, l.Burst+maxDebt)
-	switch l.Algo {
-	case FixedWindow, SlidingWindow:
-		k := floorDiv(now, l.Window)
-		cap := l.Burst + maxDebt
-		if l.Algo == FixedWindow {
-			if !exists || st.a < k {
-				st = state{a: k}
-			}
-			st.b = min(st.b+most, cap)
-			return st
-		}
-		switch {
-		case !exists || st.a < k-1:
-			st = state{a: k}
-		case st.a == k-1:
-			st = state{a: k, b: st.c}
-		}
-		st.c = min(st.c+most, cap)
-		return st
-	}
-	used := usedFP(l, st, exists, now)
-	add := uint64(most) << fpShift
-	limit := uint64(l.Burst+maxDebt) << fpShift
-	if used > math.MaxUint64-add || used+add > limit {
-		used = max(used, limit)
-	} else {
-		used += add
-	}
-	return withUsed(l, used, now)
-}
-
 // SyncFormat is the first byte of every sync message: a node refuses a
 // message of a format it does not know rather than misread it.
 const SyncFormat = 1
@@ -337,16 +301,10 @@ func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Lim
 		if space > SpaceBudget || klen == 0 || klen > MaxKeyLen || klen > uint64(len(b)) || delta == 0 && !owed || delta > MaxCost {
 			return ErrBadSync
 		}
-		var lim Limit
-		var err error
-		if algo == Cell {
-			if window%int64(time.Second) != 0 {
-				return ErrBadSync
-			}
-			lim, err = NewCellLimit(burst-1, rate, window/int64(time.Second))
-		} else {
-			lim, err = NewLimit(algo, rate, time.Duration(window), burst)
+		if algo >= numAlgos {
+			return ErrBadSync
 		}
+		lim, err := algorithms[algo].family.wireLimit(algo, rate, window, burst)
 		if err != nil {
 			return ErrBadSync
 		}
