@@ -293,7 +293,7 @@ func (js *configJSON) config() (Config, error) {
 	if js.Algorithm != nil {
 		a, ok := engine.ParseAlgo(*js.Algorithm)
 		if !ok {
-			return c, errf("algorithm must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket")
+			return c, errf("algorithm must be one of %s", strings.Join(engine.AlgoNames(), ", "))
 		}
 		c.Algorithm = a
 	}

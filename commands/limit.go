@@ -118,7 +118,7 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 			if v, e = need(i, 1<<3, "ALGO"); e == "" {
 				var ok bool
 				if la.algo, ok = engine.ParseAlgo(string(v)); !ok {
-					e = "ERR ALGO must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket"
+					e = "ERR ALGO must be one of " + strings.Join(engine.AlgoNames(), ", ")
 				}
 				la.hasAlgo = true
 			}

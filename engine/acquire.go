@@ -1,7 +1,5 @@
 package engine
 
-import "math"
-
 // Request is one bucket's share of an acquire: its key, its limit and the
 // tokens to take from it.
 type Request struct {
@@ -13,69 +11,6 @@ type Request struct {
 	// tokens of it counted elsewhere besides the store's quota source
 	// (SetQuotaSource).
 	PeriodStart, PeriodEnd, Base int64
-}
-
-// QuotaSource gives the cluster's committed count of a quota counter in
-// the period [start, end). It must not keep key nor call back into the
-// store.
-type QuotaSource interface {
-	QuotaUsed(key []byte, start, end int64) int64
-}
-
-// SetQuotaSource sets where quota requests read the cluster's committed
-// counts. They read them with the counter's shard locked, so that a count
-// leaving the local tally (SettleQuota, which takes the same lock after
-// the committed count has grown) is never missed.
-func (s *Store) SetQuotaSource(src QuotaSource) {
-	if src == nil {
-		s.quotaSrc.Store(nil)
-		return
-	}
-	s.quotaSrc.Store(&src)
-}
-
-// quotaBase returns the tokens of r's period counted elsewhere (sh
-// locked). The key goes to the source as a copy in the shard's buffer, so
-// that the request, and the limit it points to, stay on the caller's stack.
-func (s *Store) quotaBase(sh *shard, r *Request) int64 {
-	src := s.quotaSrc.Load()
-	if src == nil {
-		return r.Base
-	}
-	sh.qkey = append(sh.qkey[:0], r.Key...)
-	return r.Base + (*src).QuotaUsed(sh.qkey, r.PeriodStart, r.PeriodEnd)
-}
-
-// QuotaGate bounds what this node may admit against a quota counter: in a
-// cluster, the units the cluster reserved for it (quota reservations).
-type QuotaGate interface {
-	// QuotaCap returns how far this node's pending count of key in the
-	// period [start, end) may go (-1: no bound), given its pending count
-	// now and the cost of the call being decided. It may note that more
-	// should be reserved; it must not keep key nor call back into the
-	// store.
-	QuotaCap(key []byte, lim *Limit, start, end, pending, cost int64) int64
-}
-
-// SetQuotaGate sets the gate of quota requests (nil: none). Dry runs do
-// not consult it: they describe the cluster's count.
-func (s *Store) SetQuotaGate(g QuotaGate) {
-	if g == nil {
-		s.quotaGate.Store(nil)
-		return
-	}
-	s.quotaGate.Store(&g)
-}
-
-// quotaCap returns the gate's bound on r's pending count (sh locked; the
-// key goes as a copy in the shard's buffer, as in quotaBase).
-func (s *Store) quotaCap(sh *shard, r *Request, st state, exists bool) int64 {
-	g := s.quotaGate.Load()
-	if g == nil {
-		return -1
-	}
-	sh.qkey = append(sh.qkey[:0], r.Key...)
-	return (*g).QuotaCap(sh.qkey, r.Limit, r.PeriodStart, r.PeriodEnd, quotaPending(st, exists, r.PeriodStart), r.Cost)
 }
 
 // Result is the answer to an acquire, described at its tightest level.
@@ -109,81 +44,59 @@ type level struct {
 	out      outcome
 }
 
-// eval looks up r's bucket (its shard locked) and decides on it.
+// eval looks up r's bucket (its shard locked) and decides on it in the
+// level's mode: from this node's lease of a bucket another member owns
+// (lease.go), against a calendar quota's count and gate (quota.go), or on
+// the bucket itself.
 func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 	sh := &s.shards[lv.h.shard]
-	var st state
+	st := s.look(sh, lv, r, now)
+	switch {
+	case lv.lease:
+		s.evalLease(sh, lv, r, now, st)
+	case r.Limit.Algo == Quota:
+		s.evalQuota(sh, lv, r, now, st, dry)
+	default:
+		lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
+	}
+}
+
+// look finds lv's entry in sh (locked) and returns its state under r's
+// limit: rescaled if it was stored under another (a quota counter keeps
+// its count), empty if there is none.
+func (s *Store) look(sh *shard, lv *level, r *Request, now int64) state {
 	// A level may be decided again after its shard was let go (lockShard):
 	// what an earlier look found may be gone since.
 	lv.idx, lv.exists = 0, false
-	if ei, ok := sh.find(lv.h, r.Key); ok {
-		e := sh.entry(ei)
-		lv.idx, lv.exists, st = ei, true, e.st
-		if old := &sh.limits[e.lim].lim; !old.same(r.Limit) && r.Limit.Algo != Quota {
-			st = rescale(old, r.Limit, st, now)
-		}
+	ei, ok := sh.find(lv.h, r.Key)
+	if !ok {
+		return state{}
 	}
-	if lv.lease {
-		st, lv.credit = s.leaseView(sh, lv, r, now, st)
-		lv.out = leaseDecide(r.Limit, st, true, now, r.Cost)
-		if left, heard := sh.left[lv.idx]; lv.exists && heard {
-			// What a client is told remains: the tokens granted to this
-			// node and what the owner kept at its last reply. Credit is
-			// not counted: it is an advance on the owner's tokens.
-			c := sh.credit[lv.idx] + lv.credit // held, or taken by this view
-			if lv.out.ok {
-				c = max(c-r.Cost, 0)
-			}
-			lv.out.remaining = min(max(lv.out.remaining-c, 0)+left, r.Limit.Burst)
-		} else if !lv.exists && lv.out.ok {
-			lv.out.remaining = r.Limit.Burst - r.Cost
-		}
-		if lv.out.ok {
-			// The reset a client is told matches what it is told remains.
-			lv.out.reset = refillTime(r.Limit, r.Limit.Burst-lv.out.remaining)
-		}
-		return
-	}
+	e := sh.entry(ei)
+	lv.idx, lv.exists = ei, true
 	if r.Limit.Algo == Quota {
-		base, cap := s.quotaBase(sh, r), int64(-1)
-		if !dry && quotaFits(r.Limit, st, lv.exists, r.Cost, r.PeriodStart, base) {
-			// Only a call the cluster's count has room for asks the
-			// gate: one the quota refuses anyway reserves nothing.
-			cap = s.quotaCap(sh, r, st, lv.exists)
-		}
-		lv.out = quotaDecide(r.Limit, st, lv.exists, now, r.Cost, r.PeriodStart, r.PeriodEnd, base, cap)
-		return
+		return e.st
 	}
-	lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
+	return sh.stateUnder(e, r.Limit, now)
 }
 
-// update stores an admitted level's new state in its existing bucket.
-func (s *Store) update(lv *level, r *Request) {
+// commit stores an admitted level's new state, in its bucket or, when it
+// has none, in a new one (the caller has made room), and notes the tokens
+// as the level's mode needs: spent from a lease's credit, or recorded for
+// peers and the cluster.
+func (s *Store) commit(lv *level, r *Request) {
 	sh := &s.shards[lv.h.shard]
-	e := sh.entry(lv.idx)
-	if !sh.limits[e.lim].lim.same(r.Limit) {
-		sh.dropLimit(e.lim)
-		e.lim = sh.internLimit(r.Limit)
+	if lv.exists {
+		e := sh.entry(lv.idx)
+		sh.setLimit(e, r.Limit)
+		e.st = lv.out.next
+	} else {
+		lv.idx, lv.exists = s.add(sh, lv.h, r.Key, r.Limit, lv.out.next), true
 	}
-	e.st = lv.out.next
 	if lv.lease {
 		s.spendCredit(sh, lv.idx, lv, r.Cost)
 	} else {
 		s.record(sh, lv.idx, r)
-	}
-}
-
-// create stores an admitted level's new state in a new bucket; the caller
-// has made room (makeRoom).
-func (s *Store) create(lv *level, r *Request) {
-	sh := &s.shards[lv.h.shard]
-	i := sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), lv.out.next)
-	s.live.Add(1)
-	if lv.lease {
-		lv.idx, lv.exists = i, true
-		s.spendCredit(sh, i, lv, r.Cost)
-	} else {
-		s.record(sh, i, r)
 	}
 }
 
@@ -197,15 +110,12 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 	s.eval(&lv, &r, now, maxWait, dryRun)
 	o := &lv.out
 	if o.ok && o.changed && !dryRun {
-		if lv.exists {
-			s.update(&lv, &r)
-		} else if s.makeRoom(sh, now, nil, nil) {
-			s.create(&lv, &r)
-		} else {
+		if !lv.exists && !s.makeRoom(sh, now, nil) {
 			res := s.refusal(sh, now, &r)
 			sh.mu.Unlock()
 			return res
 		}
+		s.commit(&lv, &r)
 	}
 	if lv.lease && !dryRun {
 		s.want(&lv, &r, now, o.ok)
@@ -241,78 +151,88 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 		panic("engine: AcquireAll needs 1 to MaxLevels requests")
 	}
 	var (
-		lvs    [MaxLevels]level
-		outs   [MaxLevels]outcome
-		idx    [MaxLevels]uint32
-		exists [MaxLevels]bool
-		held   heldShards
+		lvs  [MaxLevels]level
+		held heldShards
 	)
 	for i := range reqs {
 		lvs[i].h, lvs[i].lease = s.route(&reqs[i], maxWait)
 	}
-	for i := n - 1; i >= 0; i-- {
-		si := lvs[i].h.shard
-		if !held.has(si) {
-			if from := s.lockShard(&held, si); from >= 0 {
-				// Shards above si were let go and taken again: what their
-				// levels decided may have changed.
-				for j := n - 1; j > i; j-- {
-					if lvs[j].h.shard > si {
-						s.eval(&lvs[j], &reqs[j], now, maxWait, dryRun)
-					}
-				}
-			}
-		}
-		s.eval(&lvs[i], &reqs[i], now, maxWait, dryRun)
-	}
-	for i := range reqs {
-		outs[i], idx[i], exists[i] = lvs[i].out, lvs[i].idx, lvs[i].exists
-	}
-	res := combine(outs[:n], reqs)
+	s.lockAndEval(lvs[:n], reqs, &held, now, maxWait, dryRun)
+	res := combine(lvs[:n], reqs)
 	if res.Allowed && !dryRun {
-		// Every new bucket needs room before anything is charged (every
-		// shard is still held).
-		for i := range reqs {
-			if sh := &s.shards[lvs[i].h.shard]; outs[i].changed && !exists[i] && !s.makeRoom(sh, now, idx[:n], exists[:n]) {
-				res = s.refusal(sh, now, &reqs[i])
-				res.Level = i
-				break
-			}
-		}
+		res = s.roomForNew(lvs[:n], reqs, now, res)
 	}
 	// Commit shard by shard, widest level first, and let each shard go as
 	// soon as its levels are done.
 	for i := range reqs {
-		si := lvs[i].h.shard
-		if !held.has(si) {
-			continue // committed with an earlier level of the same shard
-		}
-		if res.Allowed && !dryRun {
-			// Update existing buckets first, then create.
-			for j := i; j < n; j++ {
-				if lvs[j].h.shard == si && outs[j].changed && exists[j] {
-					s.update(&lvs[j], &reqs[j])
-				}
+		if si := lvs[i].h.shard; held.has(si) { // else committed with an earlier level
+			if !dryRun {
+				s.commitShard(lvs[i:n], reqs[i:], si, now, res)
 			}
-			for j := i; j < n; j++ {
-				if lvs[j].h.shard == si && outs[j].changed && !exists[j] {
-					s.create(&lvs[j], &reqs[j])
-				}
-			}
+			held.remove(si)
+			s.shards[si].mu.Unlock()
 		}
-		if !dryRun && !res.Refused {
-			// A refused call counts as demand only on the leases that
-			// lacked tokens: the others would hold tokens they cannot spend.
-			for j := i; j < n; j++ {
-				if lvs[j].h.shard == si && lvs[j].lease && (res.Allowed || !outs[j].ok) {
-					s.want(&lvs[j], &reqs[j], now, res.Allowed)
-				}
-			}
-		}
-		held.remove(si)
-		s.shards[si].mu.Unlock()
 	}
 	return res
+}
+
+// lockAndEval locks the levels' shards, the narrowest level's first, and
+// decides each level as soon as its shard is held. When shards were let
+// go and taken again (lockShard), what their levels decided may have
+// changed: they are decided again.
+func (s *Store) lockAndEval(lvs []level, reqs []Request, held *heldShards, now, maxWait int64, dry bool) {
+	n := len(lvs)
+	for i := n - 1; i >= 0; i-- {
+		si := lvs[i].h.shard
+		if !held.has(si) && s.lockShard(held, si) >= 0 {
+			for j := n - 1; j > i; j-- {
+				if lvs[j].h.shard > si {
+					s.eval(&lvs[j], &reqs[j], now, maxWait, dry)
+				}
+			}
+		}
+		s.eval(&lvs[i], &reqs[i], now, maxWait, dry)
+	}
+}
+
+// roomForNew makes room for every new bucket an admitted call needs,
+// before anything is charged (every shard is still held), and returns
+// res, or the refusal of the first level that finds none.
+func (s *Store) roomForNew(lvs []level, reqs []Request, now int64, res Result) Result {
+	for i := range lvs {
+		if sh := &s.shards[lvs[i].h.shard]; lvs[i].out.changed && !lvs[i].exists && !s.makeRoom(sh, now, lvs) {
+			res = s.refusal(sh, now, &reqs[i])
+			res.Level = i
+			return res
+		}
+	}
+	return res
+}
+
+// commitShard commits the levels of shard si (locked) among lvs once the
+// call is decided (res): an admitted call's new states, in existing
+// buckets first, then in new ones; then, unless the call was refused for
+// want of room, the demand of its leases.
+func (s *Store) commitShard(lvs []level, reqs []Request, si uint32, now int64, res Result) {
+	if res.Allowed {
+		for _, existing := range [2]bool{true, false} {
+			for j := range lvs {
+				if lv := &lvs[j]; lv.h.shard == si && lv.out.changed && lv.exists == existing {
+					s.commit(lv, &reqs[j])
+				}
+			}
+		}
+	}
+	if res.Refused {
+		return
+	}
+	// A refused call counts as demand only on the leases that lacked
+	// tokens: the others would hold tokens they cannot spend.
+	for j := range lvs {
+		if lv := &lvs[j]; lv.h.shard == si && lv.lease && (res.Allowed || !lv.out.ok) {
+			s.want(lv, &reqs[j], now, res.Allowed)
+		}
+	}
 }
 
 // heldShards is the set of shards one AcquireAll holds locked.
@@ -411,12 +331,13 @@ func insertSorted(a []uint32, n int, v uint32) int {
 // never admit is refused with −1; otherwise a denied call reports the level
 // that holds it back longest; an admitted one reports the level with the
 // fewest tokens left (the deepest on a tie).
-func combine(outs []outcome, reqs []Request) Result {
+func combine(lvs []level, reqs []Request) Result {
 	describe := func(i int) Result {
-		return Result{Remaining: outs[i].remaining, Limit: reqs[i].Limit.Burst, ResetAfter: outs[i].reset, Level: i}
+		o := &lvs[i].out
+		return Result{Remaining: o.remaining, Limit: reqs[i].Limit.Burst, ResetAfter: o.reset, Level: i}
 	}
-	for i := range outs {
-		if outs[i].never {
+	for i := range lvs {
+		if lvs[i].out.never {
 			r := describe(i)
 			r.RetryAfter = -1
 			return r
@@ -424,8 +345,8 @@ func combine(outs []outcome, reqs []Request) Result {
 	}
 	worst, due := -1, int64(0)
 	var wait int64
-	for i := range outs {
-		o := &outs[i]
+	for i := range lvs {
+		o := &lvs[i].out
 		if !o.ok && (worst < 0 || o.retry > due) {
 			worst, due = i, o.retry
 		}
@@ -433,12 +354,12 @@ func combine(outs []outcome, reqs []Request) Result {
 	}
 	if worst >= 0 {
 		r := describe(worst)
-		r.RetryAfter, r.Reserve = max(due, wait), outs[worst].reserve
+		r.RetryAfter, r.Reserve = max(due, wait), lvs[worst].out.reserve
 		return r
 	}
 	tight := 0
-	for i := 1; i < len(outs); i++ {
-		if outs[i].remaining <= outs[tight].remaining {
+	for i := 1; i < len(lvs); i++ {
+		if lvs[i].out.remaining <= lvs[tight].out.remaining {
 			tight = i
 		}
 	}
@@ -449,11 +370,9 @@ func combine(outs []outcome, reqs []Request) Result {
 
 // Limit returns the limit a stored bucket was last charged under.
 func (s *Store) Limit(space Space, key []byte) (Limit, bool) {
-	h := s.hash(space, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, _, i, ok := s.lookup(space, key)
 	defer sh.mu.Unlock()
-	if i, ok := sh.find(h, key); ok {
+	if ok {
 		return sh.limits[sh.entry(i).lim].lim, true
 	}
 	return Limit{}, false
@@ -489,11 +408,8 @@ func (s *Store) refund(now int64, space Space, key []byte, lim *Limit, n int64) 
 // record notes them for peers (a negative delta; the entry stays, full or
 // not, until the next Drain has sent it).
 func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int64, record bool) (res Result, found bool) {
-	h := s.hash(space, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, _, ei, ok := s.lookup(space, key)
 	defer sh.mu.Unlock()
-	ei, ok := sh.find(h, key)
 	if !ok {
 		if lim == nil {
 			return Result{}, false
@@ -502,13 +418,11 @@ func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int6
 		return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst}, true
 	}
 	e := sh.entry(ei)
-	old := &sh.limits[e.lim].lim
-	l := old
-	st := e.st
-	if lim != nil && !lim.same(old) {
-		st, l = rescale(old, lim, st, now), lim
+	l := lim
+	if l == nil {
+		l = &sh.limits[e.lim].lim
 	}
-	st = refundState(l, st, now, min(n, l.Burst))
+	st := refundState(l, sh.stateUnder(e, l, now), now, min(n, l.Burst))
 	if record {
 		sh.pending[ei] -= min(n, l.Burst)
 	}
@@ -518,66 +432,15 @@ func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int6
 		return Result{Allowed: true, Remaining: l.Burst, Limit: l.Burst}, true
 	}
 	o := decide(l, st, true, now, 0, 0)
-	if l != old {
-		sh.dropLimit(e.lim)
-		e.lim = sh.internLimit(l)
-	}
+	sh.setLimit(e, l)
 	e.st = st
 	return Result{Allowed: true, Remaining: o.remaining, Limit: l.Burst, ResetAfter: o.reset}, true
 }
 
-func refundState(l *Limit, st state, now, n int64) state {
-	switch l.Algo {
-	case FixedWindow:
-		k := floorDiv(now, l.Window)
-		switch {
-		case st.a == k:
-			st.b = max(st.b-n, 0)
-		case st.a > k:
-			// A reservation in a later window: the current window was
-			// (treated as) full when it was made, and stays so.
-			if st.b -= n; st.b <= 0 {
-				st = state{a: k, b: l.Burst}
-			}
-		}
-		return st
-	case SlidingWindow:
-		k := floorDiv(now, l.Window)
-		switch {
-		case st.a == k-1:
-			st = state{a: k, b: st.c}
-		case st.a < k-1:
-			return state{a: math.MinInt64}
-		}
-		if st.c -= n; st.c < 0 {
-			st.b, st.c = max(st.b+st.c, 0), 0
-		}
-		return st
-	case Cell:
-		st.a = max(st.a-l.ei*n, now)
-		return st
-	}
-	tn, tf := tatOf(st, true, now)
-	q, rem := l.advance(0, 0, n)
-	tn -= q
-	if tf < rem {
-		tn--
-		tf += uint64(l.Rate)
-	}
-	tf -= rem
-	if tn < now || (tn == now && tf == 0) {
-		return state{a: math.MinInt64}
-	}
-	return state{a: tn, b: int64(tf)}
-}
-
 // Reset forgets key's bucket and reports whether there was one.
 func (s *Store) Reset(space Space, key []byte) bool {
-	h := s.hash(space, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, _, i, ok := s.lookup(space, key)
 	defer sh.mu.Unlock()
-	i, ok := sh.find(h, key)
 	if ok {
 		sh.removeAt(sh.slotOf(i))
 		s.live.Add(-1)

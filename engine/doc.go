@@ -1,4 +1,4 @@
-// Package engine owns sluice's limiter state: the five limiting algorithms and
+// Package engine owns sluice's limiter state: the limiting algorithms and
 // the sharded in-memory store of buckets they run on.
 //
 // The package does no I/O and starts no goroutines. Time is always an
@@ -16,4 +16,10 @@
 // A bucket that has refilled to full carries no information (a new bucket
 // would behave identically), so the store forgets such buckets: idle keys
 // cost no memory, and Sweep reclaims them in small steps.
+//
+// DESIGN.md follows one call through the package (its three decision
+// modes: a bucket decided here, from a lease, or against a calendar
+// quota), describes token leases, and says how to add an algorithm: one
+// file implementing the family interface and one line in the registry
+// (algos.go).
 package engine

@@ -178,6 +178,29 @@ func refillTime(l *Limit, n int64) int64 {
 	return int64(math.Ceil(hi))
 }
 
+// evalLease decides lv from this node's lease of r's bucket, whose entry
+// holds st (sh locked): from its tokens, or a credit it takes now.
+func (s *Store) evalLease(sh *shard, lv *level, r *Request, now int64, st state) {
+	st, lv.credit = s.leaseView(sh, lv, r, now, st)
+	lv.out = leaseDecide(r.Limit, st, true, now, r.Cost)
+	if left, heard := sh.left[lv.idx]; lv.exists && heard {
+		// What a client is told remains: the tokens granted to this
+		// node and what the owner kept at its last reply. Credit is
+		// not counted: it is an advance on the owner's tokens.
+		c := sh.credit[lv.idx] + lv.credit // held, or taken by this view
+		if lv.out.ok {
+			c = max(c-r.Cost, 0)
+		}
+		lv.out.remaining = min(max(lv.out.remaining-c, 0)+left, r.Limit.Burst)
+	} else if !lv.exists && lv.out.ok {
+		lv.out.remaining = r.Limit.Burst - r.Cost
+	}
+	if lv.out.ok {
+		// The reset a client is told matches what it is told remains.
+		lv.out.reset = refillTime(r.Limit, r.Limit.Burst-lv.out.remaining)
+	}
+}
+
 // A lease with no tokens may take a credit: its burst's share among the
 // members,
 // spendable at once, so that a node's first calls for a key are not refused
@@ -194,7 +217,7 @@ func refillTime(l *Limit, n int64) int64 {
 // the members. The credits of all other members together stay below one
 // burst, the momentary excess the cluster's bound allows.
 func (s *Store) credit(l *Limit) int64 {
-	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
+	if l.Algo.IsWindow() {
 		return 0 // a window's count starts afresh: debt cannot repay a credit
 	}
 	n := int64(1)
@@ -210,8 +233,7 @@ func (s *Store) credit(l *Limit) int64 {
 // on its way), or its owner said when it expects tokens and that time has
 // not come.
 func (s *Store) leaseView(sh *shard, lv *level, r *Request, now int64, st state) (state, int64) {
-	windowed := r.Limit.Algo == FixedWindow || r.Limit.Algo == SlidingWindow
-	if lv.exists && st.a > 0 && (now < st.b || !windowed) {
+	if lv.exists && st.a > 0 && (now < st.b || !r.Limit.Algo.IsWindow()) {
 		// A rate limit's tokens stay good after their lease's time: it
 		// only says when unused ones go back.
 		st.b = max(st.b, now+1)
@@ -277,12 +299,11 @@ func (s *Store) want(lv *level, r *Request, now int64, admitted bool) {
 	sh := &s.shards[lv.h.shard]
 	i, ok := sh.find(lv.h, r.Key)
 	if !ok {
-		if !s.makeRoom(sh, now, nil, nil) {
+		if !s.makeRoom(sh, now, nil) {
 			return // no room for the lease: it is asked for again on a later call
 		}
 		c := s.credit(r.Limit)
-		i = sh.insert(lv.h, r.Key, sh.internLimit(r.Limit), state{a: c, b: now + LeaseTTL})
-		s.live.Add(1)
+		i = s.add(sh, lv.h, r.Key, r.Limit, state{a: c, b: now + LeaseTTL})
 		if c > 0 {
 			sh.credit[i], sh.creditAt[i] = c, now
 		}
@@ -359,23 +380,19 @@ func (s *Store) Wants(now int64, f func(w *Want)) {
 // and notes left, the tokens the owner kept. With n = 0, expires is when
 // the owner expects to have tokens: until then the lease takes no credit.
 func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires, left int64) {
-	h := s.hash(space|leaseBit, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, h, i, ok := s.lookup(space|leaseBit, key)
 	defer sh.mu.Unlock()
-	i, ok := sh.find(h, key)
 	if !ok {
 		if n <= 0 {
 			return
 		}
 		// Tokens the owner took from its bucket for this node: kept even
 		// past the bound, since dropping them would waste them.
-		s.makeRoom(sh, now, nil, nil)
-		i = sh.insert(h, key, sh.internLimit(lim), state{b: now})
-		s.live.Add(1)
+		s.makeRoom(sh, now, nil)
+		i = s.add(sh, h, key, lim, state{b: now})
 	}
 	e := sh.entry(i)
-	if now >= e.st.b && (lim.Algo == FixedWindow || lim.Algo == SlidingWindow) {
+	if now >= e.st.b && lim.Algo.IsWindow() {
 		// Tokens of an ended window: the owner's window has ended too.
 		e.st.a = 0
 		delete(sh.credit, i)
@@ -426,30 +443,18 @@ func (s *Store) Take(now int64, r Request, owed int64) (got, expires, retry, lef
 		}
 	}
 	if lv.out.changed {
-		if lv.exists {
-			s.update(&lv, &r)
-		} else if s.makeRoom(sh, now, nil, nil) {
-			s.create(&lv, &r)
-		} else {
+		if !lv.exists && !s.makeRoom(sh, now, nil) {
 			s.refused.Add(1) // no room for the bucket: the peer's callers are refused as ours would be
 			return 0, 0, max(sh.fullUntil-now, rescanAfter), 0
 		}
+		s.commit(&lv, &r)
 	}
-	return r.Cost, leaseEnd(r.Limit, now), 0, lv.out.remaining
+	return r.Cost, familyOf(r.Limit).leaseEnd(r.Limit, now), 0, lv.out.remaining
 }
 
 // maxCreditDebt bounds, in bursts, how far charged credit may take an
 // owner's bucket below empty.
 const maxCreditDebt = 64
-
-// leaseEnd is when tokens taken at now stop being usable: the end of the
-// window they belong to, else now + LeaseTTL.
-func leaseEnd(l *Limit, now int64) int64 {
-	if l.Algo == FixedWindow || l.Algo == SlidingWindow {
-		return (floorDiv(now, l.Window) + 1) * l.Window
-	}
-	return now + LeaseTTL
-}
 
 // Expired calls f with every lease of tokens past its end that still holds
 // some, and empties it; the caller gives them back to the owner (Return).
@@ -470,7 +475,7 @@ func (s *Store) Expired(now int64, f func(space Space, key []byte, lim *Limit, n
 			lim := &sh.limits[e.lim].lim
 			backed := e.st.a - sh.credit[i] // credit never came from the owner
 			delete(sh.credit, i)
-			if backed > 0 && lim.Algo != FixedWindow && lim.Algo != SlidingWindow {
+			if backed > 0 && !lim.Algo.IsWindow() {
 				f(e.space&^leaseBit, sh.key(e), lim, backed)
 			}
 			e.st.a = 0
@@ -488,12 +493,10 @@ func (s *Store) Return(now int64, space Space, key []byte, lim *Limit, n int64) 
 // member owns (a refund made where the call was admitted), at most up to
 // one burst.
 func (s *Store) refundLease(now int64, space Space, key []byte, lim *Limit, n int64) Result {
-	h := s.hash(space|leaseBit, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, _, i, ok := s.lookup(space|leaseBit, key)
 	defer sh.mu.Unlock()
 	bal := int64(0)
-	if i, ok := sh.find(h, key); ok {
+	if ok {
 		if e := sh.entry(i); now < e.st.b {
 			e.st.a = min(e.st.a+n, lim.Burst)
 			bal = e.st.a

@@ -8,52 +8,6 @@ import (
 	"time"
 )
 
-// Algo names a limiting algorithm.
-type Algo uint8
-
-// The algorithms. TokenBucket, GCRA and LeakyBucket share one exact
-// arithmetic (they admit the same requests, see docs/algorithms.md); they
-// differ in what WAIT does. Cell is redis-cell's GCRA, kept separate so that
-// CL.THROTTLE replies match redis-cell to the byte.
-const (
-	TokenBucket Algo = iota
-	GCRA
-	SlidingWindow
-	FixedWindow
-	LeakyBucket
-	Cell
-	// Quota counts tokens in calendar periods whose bounds the caller
-	// gives with each request (Request.PeriodStart/End), on top of a base
-	// the caller knows was already used (the cluster's committed count).
-	Quota
-	numAlgos
-)
-
-var algoNames = [numAlgos]string{"token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket", "cell", "quota"}
-
-// String returns the algorithm's name as ALGO accepts it.
-func (a Algo) String() string {
-	if a < numAlgos {
-		return algoNames[a]
-	}
-	return fmt.Sprintf("algo(%d)", uint8(a))
-}
-
-// ParseAlgo returns the algorithm named s (case-insensitive). Cell is not
-// nameable: it is reached only through CL.THROTTLE.
-func ParseAlgo(s string) (Algo, bool) {
-	for i, n := range algoNames[:Cell] {
-		if strings.EqualFold(s, n) {
-			return Algo(i), true
-		}
-	}
-	return 0, false
-}
-
-// IsWindow reports whether a counts requests in calendar-aligned windows
-// rather than refilling continuously.
-func (a Algo) IsWindow() bool { return a == SlidingWindow || a == FixedWindow }
-
 // Bounds on limit parameters. They keep every intermediate product inside
 // 128 bits and every time inside int64 nanoseconds.
 const (
@@ -99,8 +53,8 @@ func argErr(arg, format string, a ...any) error {
 // given burst capacity. Window algorithms count rate requests per window;
 // they take burst only when it equals rate.
 func NewLimit(algo Algo, rate int64, window time.Duration, burst int64) (Limit, error) {
-	if algo >= Cell {
-		return Limit{}, argErr("ALGO", "must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket")
+	if !algo.nameable() {
+		return Limit{}, argErr("ALGO", "must be one of %s", strings.Join(AlgoNames(), ", "))
 	}
 	if rate < 1 || rate > MaxRate {
 		return Limit{}, argErr("RATE", "must be an integer between 1 and %d", int64(MaxRate))

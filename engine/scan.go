@@ -59,11 +59,8 @@ func (sh *shard) isLive(i uint32) bool {
 // is full again (after which forgetting it loses nothing), or ok=false if
 // there is no bucket.
 func (s *Store) Inspect(space Space, key []byte) (algo Algo, idle int64, ok bool) {
-	h := s.hash(space, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, _, i, ok := s.lookup(space, key)
 	defer sh.mu.Unlock()
-	i, ok := sh.find(h, key)
 	if !ok {
 		return 0, 0, false
 	}

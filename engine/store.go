@@ -368,6 +368,42 @@ func (sh *shard) compactKeys() {
 	}
 }
 
+// lookup hashes key in space, locks its shard and finds its entry: the
+// start of every operation on one bucket. The caller unlocks sh.
+func (s *Store) lookup(space Space, key []byte) (sh *shard, h hashed, i uint32, ok bool) {
+	h = s.hash(space, key)
+	sh = &s.shards[h.shard]
+	sh.mu.Lock()
+	i, ok = sh.find(h, key)
+	return sh, h, i, ok
+}
+
+// add inserts a new entry for key (known absent) under l in sh (locked)
+// and counts it live. The caller has made room, or keeps the entry past
+// the bound on purpose.
+func (s *Store) add(sh *shard, h hashed, key []byte, l *Limit, st state) uint32 {
+	i := sh.insert(h, key, sh.internLimit(l), st)
+	s.live.Add(1)
+	return i
+}
+
+// stateUnder returns entry e's state under limit l: rescaled if e is
+// kept under another.
+func (sh *shard) stateUnder(e *entry, l *Limit, now int64) state {
+	if old := &sh.limits[e.lim].lim; !old.same(l) {
+		return rescale(old, l, e.st, now)
+	}
+	return e.st
+}
+
+// setLimit makes l the limit entry e is kept under, if it is not already.
+func (sh *shard) setLimit(e *entry, l *Limit) {
+	if !sh.limits[e.lim].lim.same(l) {
+		sh.dropLimit(e.lim)
+		e.lim = sh.internLimit(l)
+	}
+}
+
 // internLimit returns the shard-local index of l, taking a reference.
 func (sh *shard) internLimit(l *Limit) uint32 {
 	if i, ok := sh.limIx[*l]; ok {
@@ -406,10 +442,10 @@ const rescanAfter = int64(1e6) // 1 ms
 // it, and forgetting it would let that key exceed its limit. When nothing
 // scanned is full it returns false and notes when a scanned bucket will
 // be (at most rescanAfter ahead if the scan did not cover the shard), so
-// that until then new buckets are refused at once. An entry listed in
-// keep (where kept[i]), one the caller is charging, is never freed; if
-// everything scanned is such an entry, the call may exceed the bound.
-func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) bool {
+// that until then new buckets are refused at once. The entry of a level
+// in keep, one the caller is charging, is never freed; if everything
+// scanned is such an entry, the call may exceed the bound.
+func (s *Store) makeRoom(sh *shard, now int64, keep []level) bool {
 	limit := s.perShard
 	if limit <= 0 || limit > maxEntry {
 		limit = maxEntry
@@ -429,7 +465,7 @@ func (s *Store) makeRoom(sh *shard, now int64, keep []uint32, kept []bool) bool 
 			continue
 		}
 		scanned++
-		if isKept(v&0xffffff-1, keep, kept) {
+		if isKept(v&0xffffff-1, keep) {
 			continue
 		}
 		e := sh.entry(v&0xffffff - 1)
@@ -468,9 +504,9 @@ func (s *Store) refusal(sh *shard, now int64, r *Request) Result {
 	return Result{Refused: true, Limit: r.Limit.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
 }
 
-func isKept(i uint32, keep []uint32, kept []bool) bool {
-	for j, k := range keep {
-		if kept[j] && k == i {
+func isKept(i uint32, keep []level) bool {
+	for j := range keep {
+		if keep[j].exists && keep[j].idx == i {
 			return true
 		}
 	}

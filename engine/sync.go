@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"time"
 )
 
 // Consumption sync: every node limits from its own buckets, and tells its
@@ -49,127 +48,6 @@ func (s *Store) Drain(f func(space Space, key []byte, lim *Limit, delta int64)) 
 	}
 }
 
-// Calendar quotas: a quota counter's state holds the tokens this node
-// admitted (or, refunded, gave back) in the current period that the
-// cluster has not yet committed. The caller reads them with PendingQuota,
-// commits them through Raft, and once its own replica has applied them
-// calls SettleQuota, so that a request never sees a count twice for longer
-// than that apply takes, nor misses one.
-
-// PendingQuota calls f with every quota counter whose count is not yet
-// committed: its key, limit, period [start, end) and count (negative when
-// refunds outweigh admissions). Nothing changes; f runs with the shard
-// locked and must copy key.
-func (s *Store) PendingQuota(f func(key []byte, lim *Limit, start, end, count int64)) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for idx := range sh.pending {
-			e := sh.entry(idx)
-			if e.space != SpaceQuota {
-				continue
-			}
-			if e.st.b == 0 {
-				delete(sh.pending, idx)
-				continue
-			}
-			f(sh.key(e), &sh.limits[e.lim].lim, e.st.a, e.st.c, e.st.b)
-		}
-		sh.mu.Unlock()
-	}
-}
-
-// SettleQuota takes n committed tokens off key's uncommitted count for the
-// period starting at start. A counter that has moved on to a later period
-// is left alone: its earlier count no longer matters.
-func (s *Store) SettleQuota(key []byte, start, n int64) {
-	h := s.hash(SpaceQuota, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, ok := sh.find(h, key)
-	if !ok {
-		return
-	}
-	if e := sh.entry(i); e.st.a == start {
-		if e.st.b -= n; e.st.b == 0 {
-			delete(sh.pending, i)
-		}
-	}
-}
-
-// RefundQuota gives back up to n tokens of r's quota counter (r.Key in the
-// period of r), never more than the period has used, and returns the
-// counter's state afterwards.
-func (s *Store) RefundQuota(now int64, r *Request, n int64) Result {
-	h := s.hash(SpaceQuota, r.Key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	i, ok := sh.find(h, r.Key)
-	var st state
-	if ok {
-		st = sh.entry(i).st
-	}
-	base := s.quotaBase(sh, r)
-	lim, start, end := r.Limit, r.PeriodStart, r.PeriodEnd
-	o := quotaDecide(lim, st, ok, now, 0, start, end, base, -1)
-	back := min(n, lim.Burst-o.remaining)
-	if back > 0 {
-		cnt := int64(0)
-		if ok && st.a == start {
-			cnt = st.b
-		}
-		next := state{a: start, b: cnt - back, c: end}
-		if !s.putQuota(sh, h, i, ok, r, now, next, false) {
-			return Result{Refused: true, Limit: lim.Burst, RetryAfter: max(sh.fullUntil-now, rescanAfter)}
-		}
-		o = quotaDecide(lim, next, true, now, 0, start, end, base, -1)
-	}
-	return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst, ResetAfter: o.reset}
-}
-
-// QuotaUsed returns the tokens r's quota counter has used in r's period:
-// the committed count and this store's uncommitted one.
-func (s *Store) QuotaUsed(r *Request) int64 {
-	h := s.hash(SpaceQuota, r.Key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	n := s.quotaBase(sh, r)
-	if i, ok := sh.find(h, r.Key); ok {
-		if e := sh.entry(i); e.st.a == r.PeriodStart {
-			n += e.st.b
-		}
-	}
-	return max(n, 0)
-}
-
-// HasQuota reports whether the store holds a counter for key.
-func (s *Store) HasQuota(key []byte) bool {
-	h := s.hash(SpaceQuota, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	_, ok := sh.find(h, key)
-	return ok
-}
-
-// QuotaCount returns the count of key's quota not yet committed, in the
-// period starting at start.
-func (s *Store) QuotaCount(key []byte, start int64) int64 {
-	h := s.hash(SpaceQuota, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if i, ok := sh.find(h, key); ok {
-		if e := sh.entry(i); e.st.a == start {
-			return e.st.b
-		}
-	}
-	return 0
-}
-
 // Consume charges delta tokens that a peer admitted to key's bucket under
 // lim, without asking whether they fit: the bucket may go into debt, up to
 // maxDebt tokens beyond empty, so that the cluster as a whole converges on
@@ -190,70 +68,22 @@ func (s *Store) consume(now int64, space Space, key []byte, lim *Limit, delta, m
 	if delta <= 0 {
 		return
 	}
-	h := s.hash(space, key)
-	sh := &s.shards[h.shard]
-	sh.mu.Lock()
+	sh, h, i, exists := s.lookup(space, key)
 	defer sh.mu.Unlock()
-	var st state
-	i, exists := sh.find(h, key)
 	if exists {
 		e := sh.entry(i)
-		st = e.st
-		if old := &sh.limits[e.lim].lim; !old.same(lim) {
-			st = rescale(old, lim, st, now)
-			sh.dropLimit(e.lim)
-			e.lim = sh.internLimit(lim)
-		}
-	}
-	st = consumeState(lim, st, exists, now, delta, maxDebt)
-	if exists {
-		sh.entry(i).st = st
+		e.st = consumeState(lim, sh.stateUnder(e, lim, now), true, now, delta, maxDebt)
+		sh.setLimit(e, lim)
 	} else {
 		// Consumption that happened (on another node, or as a settled
 		// reservation's real cost) is recorded even past the bound:
 		// dropping it would let the key exceed its limit.
-		s.makeRoom(sh, now, nil, nil)
-		i = sh.insert(h, key, sh.internLimit(lim), st)
-		s.live.Add(1)
+		s.makeRoom(sh, now, nil)
+		i = s.add(sh, h, key, lim, consumeState(lim, state{}, false, now, delta, maxDebt))
 	}
 	if record && s.syncing.Load() {
 		sh.pending[i] += delta
 	}
-}
-
-// consumeState adds delta tokens of consumption to st at now, capped at
-// maxDebt tokens beyond an empty bucket.
-func consumeState(l *Limit, st state, exists bool, now, delta, maxDebt int64) state {
-	most := min(delta, l.Burst+maxDebt)
-	switch l.Algo {
-	case FixedWindow, SlidingWindow:
-		k := floorDiv(now, l.Window)
-		cap := l.Burst + maxDebt
-		if l.Algo == FixedWindow {
-			if !exists || st.a < k {
-				st = state{a: k}
-			}
-			st.b = min(st.b+most, cap)
-			return st
-		}
-		switch {
-		case !exists || st.a < k-1:
-			st = state{a: k}
-		case st.a == k-1:
-			st = state{a: k, b: st.c}
-		}
-		st.c = min(st.c+most, cap)
-		return st
-	}
-	used := usedFP(l, st, exists, now)
-	add := uint64(most) << fpShift
-	limit := uint64(l.Burst+maxDebt) << fpShift
-	if used > math.MaxUint64-add || used+add > limit {
-		used = max(used, limit)
-	} else {
-		used += add
-	}
-	return withUsed(l, used, now)
 }
 
 // SyncFormat is the first byte of every sync message: a node refuses a
@@ -337,16 +167,10 @@ func decodeRecords(b []byte, owed bool, f func(space Space, key []byte, lim *Lim
 		if space > SpaceBudget || klen == 0 || klen > MaxKeyLen || klen > uint64(len(b)) || delta == 0 && !owed || delta > MaxCost {
 			return ErrBadSync
 		}
-		var lim Limit
-		var err error
-		if algo == Cell {
-			if window%int64(time.Second) != 0 {
-				return ErrBadSync
-			}
-			lim, err = NewCellLimit(burst-1, rate, window/int64(time.Second))
-		} else {
-			lim, err = NewLimit(algo, rate, time.Duration(window), burst)
+		if algo >= numAlgos {
+			return ErrBadSync
 		}
+		lim, err := algorithms[algo].family.wireLimit(algo, rate, window, burst)
 		if err != nil {
 			return ErrBadSync
 		}

@@ -338,7 +338,7 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		if req.Algo != nil {
 			var ok bool
 			if algo, ok = engine.ParseAlgo(*req.Algo); !ok {
-				return c, 0, fault.New("ERR", "algo must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket")
+				return c, 0, fault.New("ERR", "algo must be one of %s", strings.Join(engine.AlgoNames(), ", "))
 			}
 		}
 		if *req.Rate < 1 || *req.Rate > engine.MaxRate {
