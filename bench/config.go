@@ -209,7 +209,7 @@ func parseArgs(args []string, help io.Writer) (Config, error) {
 var shaRe = regexp.MustCompile(`^[0-9a-fA-F]{40}$`)
 
 // algoNames are the values of ALGO the server accepts.
-var algoNames = []string{"token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket"}
+var algoNames = engine.AlgoNames()
 
 // parseDuration reads a Go duration ("30s", "1m30s") or whole seconds
 // ("30") within [lo, hi].

@@ -703,7 +703,7 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		}
 		var ok bool
 		if l.Algorithm, ok = engine.ParseAlgo(name); !ok {
-			return nil, &configError{file, a.Line, fmt.Sprintf("invalid algorithm '%s': must be fixed_window, sliding_window, token_bucket, gcra or leaky_bucket", name)}
+			return nil, &configError{file, a.Line, fmt.Sprintf("invalid algorithm '%s': must be one of %s", name, strings.Join(engine.AlgoNames(), ", "))}
 		}
 	}
 	if b := f["burst"]; b != nil && b.Tag != "!!null" {

@@ -210,7 +210,7 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    share_threshold: true\n", "c.yaml:3: share_threshold can only be used with wildcard values"},
 		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "c.yaml:4: quota_mode is not supported"},
 		{"domain: d\ndomain: e\n", "c.yaml:2: key 'domain' appears twice in the file"},
-		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: bucket}\n", "c.yaml:4: invalid algorithm 'bucket': must be fixed_window, sliding_window, token_bucket, gcra or leaky_bucket"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: bucket}\n", "c.yaml:4: invalid algorithm 'bucket': must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", "c.yaml:4: burst belongs to token_bucket, gcra and leaky_bucket: a fixed_window admits requests_per_unit a window"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 0}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1.5}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
