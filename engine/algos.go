@@ -182,9 +182,15 @@ func withUsed(l *Limit, used uint64, now int64) state {
 // rescale converts st, kept under limit from, to an equivalent state under
 // limit to: the tokens available carry over, capped at the new capacity. No
 // refill is granted by the change and none is lost beyond the new capacity.
+// Between two windows of one algorithm and length (fixed or sliding) the window's
+// count carries over instead, as a counter of requests does when its limit
+// is raised or lowered: 3 of 3 used, raised to 5, leaves 2.
 func rescale(from, to *Limit, st state, now int64) state {
 	used := usedFP(from, st, true, now)
 	capFrom, capTo := uint64(from.Burst)<<fpShift, uint64(to.Burst)<<fpShift
+	if from.Algo.IsWindow() && to.Algo == from.Algo && from.Window == to.Window {
+		return withUsed(to, min(used, capTo), now)
+	}
 	// tokensTo = min(capFrom − used, capTo); usedTo = capTo − tokensTo.
 	var usedTo uint64
 	if sum := capTo + used; sum > capFrom {

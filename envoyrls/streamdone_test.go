@@ -2,6 +2,8 @@ package envoyrls
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +159,60 @@ descriptors:
 		}
 		if st := call("hour", 1); st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR {
 			t.Fatalf("peer %v: 60m is Envoy's HOUR: %v", peerMode, st)
+		}
+	}
+}
+
+// TestChangedLimitKeepsTheCount: when a rule's limit changes (a file
+// edited, an xDS push), a window keeps its count, as the peer's counter
+// does: 3 of 3 used this hour, raised to 5, admits 2 more at once;
+// lowered to 2 with 4 used, refuses; raised back to 5, admits 1.
+func TestChangedLimitKeepsTheCount(t *testing.T) {
+	now := t0
+	rules := func(n int) *Config {
+		cfg, err := ParseConfig("r.yaml", []byte(fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	for _, peerMode := range []bool{false, true} {
+		s := newServer(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n", &now)
+		if peerMode {
+			s.SetOptions(PeerOptions())
+		}
+		codes := func(n int) string {
+			t.Helper()
+			var out []string
+			for i := 0; i < n; i++ {
+				resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "x")}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, resp.OverallCode.String())
+			}
+			return strings.Join(out, " ")
+		}
+		if got := codes(3); got != "OK OK OK" {
+			t.Fatalf("peer %v: 3 of 3: %s", peerMode, got)
+		}
+		s.SetConfig(rules(5))
+		if got := codes(3); got != "OK OK OVER_LIMIT" {
+			t.Fatalf("peer %v: raised to 5 with 3 used: %s, want OK OK OVER_LIMIT", peerMode, got)
+		}
+		if !peerMode {
+			s.SetConfig(rules(2))
+			if got := codes(1); got != "OVER_LIMIT" {
+				t.Fatalf("lowered to 2 with 5 used: %s", got)
+			}
+			s.SetConfig(rules(6))
+			if got := codes(2); got != "OK OVER_LIMIT" {
+				t.Fatalf("raised to 6 with 5 used: %s, want OK OVER_LIMIT", got)
+			}
+		}
+		now += int64(time.Hour) // the next window: a fresh count
+		if got := codes(1); got != "OK" {
+			t.Fatalf("peer %v: the next hour: %s", peerMode, got)
 		}
 	}
 }
