@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // Unit is a limit's unit as Envoy's RateLimitResponse names it.
@@ -76,8 +78,15 @@ type Limit struct {
 	// one with hits_addend 0, the request-time check, is refused while the
 	// limit is spent.
 	StreamDone bool
+	// Timezone (timezone:, also sluice's) makes an hour, day, week, month
+	// or year a calendar period in that zone (a day from midnight to
+	// midnight, a month from the 1st) rather than a fixed window of its
+	// length counted from the Unix epoch; the count is a calendar quota.
+	Timezone string
 
-	window time.Duration
+	window   time.Duration
+	calendar *quota.Spec // with Timezone: the quota the rule counts
+	calFlag  *quota.Spec // its over flag (PerDescriptor): one a period
 	lim    engine.Limit  // fixed window of RequestsPerUnit; unset when 0 or unlimited
 	flag   *engine.Limit // the over flag's limit (PerDescriptor): one a window
 }
@@ -649,8 +658,32 @@ func (c *Config) parseRule(file string, n *yaml.Node) (*Rule, error) {
 	return r, nil
 }
 
+// calendarPeriod makes l count in calendar periods of unit in l.Timezone.
+func (l *Limit) calendarPeriod(unit string, f map[string]*yaml.Node) error {
+	switch {
+	case l.Unlimited:
+		return errors.New("should not specify timezone when unlimited")
+	case f["algorithm"] != nil || f["burst"] != nil:
+		return errors.New("timezone makes a calendar period, which counts requests: it takes no algorithm or burst")
+	case l.StreamDone:
+		return errors.New("timezone and apply_on_stream_done do not go together: a calendar period is a quota, charged when the request arrives")
+	}
+	switch strings.ToLower(unit) {
+	case "hour", "day", "week", "month", "year":
+	default:
+		return fmt.Errorf("timezone needs a unit of hour, day, week, month or year (a calendar period), not '%s'", unit)
+	}
+	per, err := quota.ParsePeriod(unit, l.Timezone)
+	if err != nil {
+		return fmt.Errorf("invalid timezone '%s': must be an IANA time zone name such as UTC, Europe/Paris or America/New_York", l.Timezone)
+	}
+	l.calendar = &quota.Spec{N: int64(l.RequestsPerUnit), Period: per}
+	l.calFlag = &quota.Spec{N: 1, Period: per}
+	return nil
+}
+
 func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
-	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "apply_on_stream_done")
+	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "apply_on_stream_done", "timezone")
 	if err != nil {
 		return nil, err
 	}
@@ -662,6 +695,9 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		return nil, err
 	}
 	if l.StreamDone, err = boolean(file, f["apply_on_stream_done"], "apply_on_stream_done"); err != nil {
+		return nil, err
+	}
+	if l.Timezone, err = str(file, f["timezone"], "timezone"); err != nil {
 		return nil, err
 	}
 	unit, err := str(file, f["unit"], "unit")
@@ -720,6 +756,11 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	if !l.Unlimited && l.RequestsPerUnit > 0 {
 		if l.lim, err = engine.NewLimit(l.Algorithm, int64(l.RequestsPerUnit), l.window, l.Burst); err != nil {
 			return nil, &configError{file, n.Line, err.Error()}
+		}
+	}
+	if l.Timezone != "" {
+		if err := l.calendarPeriod(unit, f); err != nil {
+			return nil, &configError{file, f["timezone"].Line, err.Error()}
 		}
 	}
 	if !l.Unlimited {

@@ -164,6 +164,9 @@ func (s *Server) overMarked(p *part, w *work) (bool, error) {
 // descriptor key has (a NUL byte), one token per window of p's unit.
 func (s *Server) overFlag(p *part, w *work) budget.Call {
 	w.flag = append(append(w.flag[:0], p.call.Path...), "\x00over"...)
+	if p.calFlag != nil {
+		return budget.Call{Path: w.flag, Quota: p.calFlag, Cost: 1, HasCost: true, HasWait: true}
+	}
 	return budget.Call{Path: w.flag, Rate: p.flag, Cost: 1, HasCost: true, HasWait: true}
 }
 

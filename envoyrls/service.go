@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/quota"
 )
 
 // MaxEntries bounds the entries of a descriptor that maps onto the budget
@@ -102,6 +103,8 @@ type part struct {
 	unit    Unit
 	window  time.Duration
 	flag    *engine.Limit // the over flag's limit: one a window (PerDescriptor)
+	cal     *quota.Spec   // a calendar rule's quota (timezone:), else nil
+	calFlag *quota.Spec   // its over flag: one a period
 	name    string
 	metric  string
 	keyFrom int // the call's key and subject in work.buf
@@ -383,6 +386,10 @@ func (p *part) describe(o *limiter.Outcome) {
 
 // windowLeft returns the time until p's fixed window ends at now.
 func (p *part) windowLeft(now int64) int64 {
+	if p.cal != nil {
+		_, end := p.cal.Period.Bounds(now)
+		return end - now
+	}
 	if p.window <= 0 {
 		return 0
 	}
@@ -458,13 +465,17 @@ func (s *Server) ruleLimit(domain string, d *rlsv3ext, p *part, w *work) error {
 		return nil
 	}
 	p.rpu, p.unit, p.window, p.flag = r.Limit.RequestsPerUnit, r.Limit.Unit, r.Limit.window, r.Limit.flag
+	p.cal, p.calFlag = r.Limit.calendar, r.Limit.calFlag
 	p.kind = limited
 	if r.ShadowMode {
 		p.kind = shadow
 	}
-	if p.rpu == 0 {
+	switch {
+	case p.rpu == 0:
 		p.deny = true
-	} else {
+	case p.cal != nil:
+		p.call.Quota = p.cal
+	default:
 		p.call.Rate = &r.Limit.lim
 	}
 	switch {
@@ -687,7 +698,10 @@ func (s *Server) status(domain string, w *work, p *part, sb *statusBlock) *rlsv3
 	st.CurrentLimit = &sb.lim
 	st.LimitRemaining = uint32(min(p.remaining, math.MaxUint32))
 	reset := p.reset
-	if s.opts.WholeSecondReset && p.window >= time.Second {
+	switch {
+	case s.opts.WholeSecondReset && p.cal != nil:
+		reset = (p.windowLeft(w.now) + int64(time.Second) - 1) / int64(time.Second) * int64(time.Second)
+	case s.opts.WholeSecondReset && p.window >= time.Second:
 		reset = wholeSeconds(p.window, w.now)
 	}
 	sb.reset.Seconds, sb.reset.Nanos = reset/1e9, int32(reset%1e9)

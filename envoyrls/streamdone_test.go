@@ -216,3 +216,80 @@ func TestChangedLimitKeepsTheCount(t *testing.T) {
 		}
 	}
 }
+
+// TestCalendarUnits: with timezone (sluice's extension), a day is the
+// zone's calendar day and a month its calendar month, counted as a
+// calendar quota; the reset is the time to the period's end there. Run as
+// the peer, refused hits are remembered for the same period.
+func TestCalendarUnits(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := `
+domain: d
+descriptors:
+  - key: daily
+    rate_limit: {unit: day, requests_per_unit: 2, timezone: Europe/Paris}
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 1, timezone: Europe/Paris}
+`
+	for _, peerMode := range []bool{false, true} {
+		// 23:30 in Paris on 31 March 2027 (CEST, UTC+2).
+		now := time.Date(2027, 3, 31, 23, 30, 0, 0, paris).UnixNano()
+		s := newServer(t, yaml, &now)
+		if peerMode {
+			s.SetOptions(PeerOptions())
+		}
+		call := func(k string) *rlsv3.RateLimitResponse_DescriptorStatus {
+			t.Helper()
+			resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc(k, "x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Statuses[0]
+		}
+		st := call("daily")
+		if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_DAY || st.LimitRemaining != 1 {
+			t.Fatalf("peer %v: first of the day: %v", peerMode, st)
+		}
+		// Thirty minutes to Paris' midnight (not UTC's, two hours later).
+		if d := st.DurationUntilReset.AsDuration(); d != 30*time.Minute {
+			t.Fatalf("peer %v: reset in %v, want 30m (Paris midnight)", peerMode, d)
+		}
+		call("daily")
+		if st := call("daily"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("peer %v: third of the day: %v", peerMode, st)
+		}
+		if st := call("monthly"); st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("peer %v: first of the month: %v", peerMode, st)
+		}
+		if st := call("monthly"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("peer %v: second of the month: %v", peerMode, st)
+		}
+		// 00:10 in Paris on 1 April: a new day and a new month there,
+		// while UTC is still on 31 March.
+		now = time.Date(2027, 4, 1, 0, 10, 0, 0, paris).UnixNano()
+		if st := call("daily"); st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("peer %v: a new Paris day: %v", peerMode, st)
+		}
+		if st := call("monthly"); st.Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("peer %v: a new Paris month: %v", peerMode, st)
+		}
+	}
+}
+
+// TestCalendarUnitErrors: timezone goes with calendar units only.
+func TestCalendarUnitErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		"{unit: minute, requests_per_unit: 1, timezone: UTC}":                          "timezone needs a unit of hour, day, week, month or year",
+		"{unit: day, requests_per_unit: 1, timezone: Mars/Olympus}":                    "invalid timezone 'Mars/Olympus'",
+		"{unit: day, requests_per_unit: 1, timezone: UTC, algorithm: token_bucket}":    "takes no algorithm or burst",
+		"{unit: day, requests_per_unit: 1, timezone: UTC, apply_on_stream_done: true}": "do not go together",
+	} {
+		_, err := ParseConfig("c.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: "+in+"\n"))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "c.yaml:4: ") {
+			t.Errorf("%s: %v, want c.yaml:4: …%s…", in, err, want)
+		}
+	}
+}
