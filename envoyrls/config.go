@@ -85,10 +85,10 @@ type Limit struct {
 	Timezone string
 
 	window   time.Duration
-	calendar *quota.Spec // with Timezone: the quota the rule counts
-	calFlag  *quota.Spec // its over flag (PerDescriptor): one a period
-	lim    engine.Limit  // fixed window of RequestsPerUnit; unset when 0 or unlimited
-	flag   *engine.Limit // the over flag's limit (PerDescriptor): one a window
+	calendar *quota.Spec   // with Timezone: the quota the rule counts
+	calFlag  *quota.Spec   // its over flag (PerDescriptor): one a period
+	lim      engine.Limit  // fixed window of RequestsPerUnit; unset when 0 or unlimited
+	flag     *engine.Limit // the over flag's limit (PerDescriptor): one a window
 }
 
 // Rule is one descriptor of a configuration: a key, an optional value (a
