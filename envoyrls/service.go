@@ -342,19 +342,16 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 }
 
 // refund gives back the tokens of an is_negative_hits descriptor.
-func (s *Server) refund(p *part, w *work) error {
-	o, err := s.svc.Refund(&p.call, p.call.Cost, &w.sc)
-	if err != nil {
-		return grpcError(err)
-	}
-	p.describe(&o)
-	return nil
-}
+func (s *Server) refund(p *part, w *work) error { return s.adjust(p, w, s.svc.Refund) }
 
 // charge takes the hits of an apply_on_stream_done descriptor, never
 // refusing: the cost of a response already sent.
-func (s *Server) charge(p *part, w *work) error {
-	o, err := s.svc.Charge(&p.call, p.call.Cost, &w.sc)
+func (s *Server) charge(p *part, w *work) error { return s.adjust(p, w, s.svc.Charge) }
+
+// adjust moves p's hits by op (a refund or a forced charge), which decides
+// nothing, and describes p afterwards.
+func (s *Server) adjust(p *part, w *work, op func(*limiter.Call, int64, *limiter.Scratch) (limiter.Outcome, error)) error {
+	o, err := op(&p.call, p.call.Cost, &w.sc)
 	if err != nil {
 		return grpcError(err)
 	}

@@ -262,12 +262,7 @@ func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {
 // Refund gives n tokens back to every level c charges (quotas included),
 // up to each one's capacity, and describes the call afterwards.
 func (s *Service) Refund(c *Call, n int64, sc *Scratch) (Outcome, error) {
-	p, tree, err := s.resolve(c, sc)
-	if err != nil {
-		return Outcome{}, err
-	}
-	p.Quotas = s
-	return tree.Refund(s.Store, s.Clock(), &p, n, &sc.b)
+	return s.onLevels(c, n, sc, (*budget.Tree).Refund)
 }
 
 // Reset forgets the bucket a call names (a budget node's own bucket, for
