@@ -3,6 +3,7 @@ package commands
 import (
 	"strconv"
 
+	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -68,8 +69,12 @@ const scanQuotaPhase = 1 << 62
 
 // keyName appends the name SCAN shows for a stored key.
 func keyName(b []byte, space engine.Space, key []byte) []byte {
-	if space == engine.SpaceQuota && len(key) >= 2 {
+	switch {
+	case space == engine.SpaceQuota && len(key) >= 2:
 		return append(append(b, quotaKeyName...), key[2:]...) // "i|" or "b|"
+	case space == engine.SpaceBudget && len(key) > 0 && key[0] == budget.ReqPrefix[0]:
+		// A node's requests, as limited_by names them.
+		return append(append(b, budget.RequestsPrefix...), key[len(budget.ReqPrefix):]...)
 	}
 	return append(b, key...)
 }
@@ -80,6 +85,12 @@ func (ctx *Ctx) lookupKey(name []byte) (algo engine.Algo, idle int64, ok bool) {
 	st := ctx.Env.Service.Store
 	for _, sp := range []engine.Space{engine.SpaceBudget, engine.SpaceInline} {
 		if algo, idle, ok = st.Inspect(sp, name); ok {
+			return
+		}
+	}
+	if len(name) > len(budget.RequestsPrefix) && string(name[:len(budget.RequestsPrefix)]) == budget.RequestsPrefix {
+		key := append([]byte(budget.ReqPrefix), name[len(budget.RequestsPrefix):]...)
+		if algo, idle, ok = st.Inspect(engine.SpaceBudget, key); ok {
 			return
 		}
 	}

@@ -404,3 +404,20 @@ func containsAll(s string, subs []string) bool {
 	}
 	return true
 }
+
+// TestScanNamesRequestsAsLimitedByDoes: a node's requests bucket is in the
+// keyspace under the name limited_by gives it, and TYPE and PTTL find it.
+func TestScanNamesRequestsAsLimitedByDoes(t *testing.T) {
+	n := startNode(t, nil)
+	c := resptest.Dial(t, n.Server.RespAddr())
+	script(t, c, []exchange{
+		{cmd("RL.BUDGET", "SET", "chat", "RATE", "1000", "PER", "hour", "REQUESTS", "2", "PER", "minute", "SCOPE", "user"), "+OK"},
+		{cmd("RL.ACQUIRE", "chat", "KEY", "u1", "COST", "10"), `[1 990 1000 0 36000 "chat#u1"]`},
+		{cmd("RL.ACQUIRE", "chat", "KEY", "u1", "COST", "10"), `[1 980 1000 0 72000 "chat#u1"]`},
+		{cmd("RL.ACQUIRE", "chat", "KEY", "u1", "COST", "10"), `[0 0 2 30000 60000 "requests:chat#u1"]`},
+		{cmd("SCAN", "0", "COUNT", "1000", "MATCH", "requests:*"), `["0" ["requests:chat#u1"]]`},
+		{cmd("TYPE", "requests:chat#u1"), "+token_bucket"},
+		{cmd("PTTL", "requests:chat#u1"), "60000"},
+		{cmd("DBSIZE"), "2"},
+	})
+}
