@@ -214,7 +214,7 @@ func TestGoClientReservations(t *testing.T) {
 	if err := c.Do(ctx, "RL.BUDGET", "SET", "llm", "RATE", 1000, "PER", "minute", "SCOPE", "user", "CONCURRENCY", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cl := sl.New(c)
+	cl := sl.New(c, sl.Timeout(5*time.Second)) // what it does with answers, not the deadline
 	r, err := cl.ReserveInline(ctx, "k", &sl.Limit{Rate: 100, Per: time.Minute}, 40, sl.TTL(time.Minute))
 	if err != nil || !r.Allowed || r.ID == "" || r.Remaining != 60 {
 		t.Fatalf("inline reserve: %+v %v", r, err)
