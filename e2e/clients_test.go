@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,5 +184,38 @@ func TestInvalidSettingsStopTheStart(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestSignalWhileOpening sends SIGTERM the moment the node logs its first
+// line (Raft started, ports not yet open): the node must drain and exit 0,
+// never die by the signal's default action, as a supervisor may stop a pod
+// that is still starting.
+func TestSignalWhileOpening(t *testing.T) {
+	cmd := exec.Command(binary, "--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-format", "text")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	sc := bufio.NewScanner(stderr)
+	sent := false
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if !sent && strings.Contains(sc.Text(), `msg="raft started"`) {
+			cmd.Process.Signal(syscall.SIGTERM)
+			sent = true
+		}
+	}
+	err = cmd.Wait()
+	if !sent {
+		t.Fatalf("never saw Raft start (exit %v):\n%s", err, log.String())
+	}
+	if err != nil || !strings.Contains(log.String(), "msg=stopping signal=terminated") {
+		t.Fatalf("SIGTERM while opening: exit %v, want 0 after a logged drain:\n%s", err, log.String())
 	}
 }

@@ -116,13 +116,18 @@ func runNode(args []string, getenv func(string) string, stdout, stderr io.Writer
 	if mode != nil {
 		mode.logNotes(log)
 	}
+	// Signals are caught before the node opens its ports: a SIGTERM sent as
+	// soon as a port answers (a supervisor, a test) is a drain, never the
+	// runtime's default exit. One that comes while the node opens waits in
+	// the channel and is handled as soon as it is up.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	node, err := server.OpenWith(cfg, log, server.NodeHooks{Now: clock})
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 wait:
 	for {
 		select {
