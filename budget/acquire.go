@@ -307,26 +307,15 @@ func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64,
 // requests count in another unit (calls), and their few left would
 // otherwise always be the fewest. With no such level, r stays.
 func (ch *charges) describeCost(s *engine.Store, now int64, r engine.Result) engine.Result {
-	var reqs [engine.MaxLevels]engine.Request
-	var from [engine.MaxLevels]int
-	k := 0
+	var among uint32
 	for i := 0; i < ch.n; i++ {
 		if !ch.perCall(i) {
-			reqs[k], from[k] = ch.reqs[i], i
-			reqs[k].Cost = 0
-			k++
+			among |= 1 << i
 		}
 	}
-	if k == 0 {
-		return r
+	if d, ok := s.PeekAmong(now, ch.reqs[:ch.n], among); ok {
+		r.Remaining, r.Limit, r.ResetAfter, r.Level = d.Remaining, d.Limit, d.ResetAfter, d.Level
 	}
-	var d engine.Result
-	if k == 1 {
-		d = s.Acquire(now, reqs[0], 0, true)
-	} else {
-		d = s.AcquireAll(now, reqs[:k], 0, true)
-	}
-	r.Remaining, r.Limit, r.ResetAfter, r.Level = d.Remaining, d.Limit, d.ResetAfter, from[d.Level]
 	return r
 }
 

@@ -128,6 +128,34 @@ func (s *Store) Acquire(now int64, r Request, maxWait int64, dryRun bool) Result
 	return res
 }
 
+// PeekAmong answers as RL.PEEK does (cost zero, nothing stored) for the
+// requests of reqs whose bit is set in among, and says in Result.Level the
+// index in reqs of the level it reports. ok is false when no bit is set.
+// It describes an admitted call by the levels that count its cost, not
+// those that count calls (a node's requests beside its tokens).
+func (s *Store) PeekAmong(now int64, reqs []Request, among uint32) (r Result, ok bool) {
+	var sub [MaxLevels]Request
+	var from [MaxLevels]int
+	k := 0
+	for i := range reqs {
+		if among&(1<<i) != 0 {
+			sub[k], from[k] = reqs[i], i
+			sub[k].Cost = 0
+			k++
+		}
+	}
+	if k == 0 {
+		return Result{}, false
+	}
+	if k == 1 {
+		r = s.Acquire(now, sub[0], 0, true)
+	} else {
+		r = s.AcquireAll(now, sub[:k], 0, true)
+	}
+	r.Level = from[r.Level]
+	return r, true
+}
+
 // AcquireAll charges every request's bucket at time now, or none of them:
 // the call is admitted only if every level admits it. With maxWait > 0 a
 // call that every level can take within maxWait ns is admitted as a

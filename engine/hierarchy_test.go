@@ -241,3 +241,38 @@ func acquireAroundRelock(s *Store, busy uint32, reqs []Request, during func()) R
 	s.shards[busy].mu.Unlock()
 	return <-done
 }
+
+// TestPeekAmongReportsTheChosenLevels peeks at a hierarchy whose tightest
+// level is left out: the answer is the tightest of the chosen ones, its
+// index is the one in the full list, and nothing is charged.
+func TestPeekAmongReportsTheChosenLevels(t *testing.T) {
+	s := New(Options{})
+	mk := func(burst int64) *Limit {
+		l, err := NewLimit(TokenBucket, burst, time.Hour, burst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &l
+	}
+	h := hierarchy{root: mk(100), partner: mk(50), user: mk(3)}
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	reqs := h.reqs([]byte("system/p/t#u"), 2)
+	if r := s.AcquireAll(now, reqs, 0, false); !r.Allowed || r.Level != 2 || r.Remaining != 1 {
+		t.Fatalf("charge: %+v", r)
+	}
+	r, ok := s.PeekAmong(now, reqs, 1<<0|1<<1)
+	if !ok || r.Level != 1 || r.Remaining != 48 || r.Limit != 50 {
+		t.Fatalf("peek among root and partner: %+v %v, want partner (level 1) with 48 of 50", r, ok)
+	}
+	if r, ok := s.PeekAmong(now, reqs, 1<<0); !ok || r.Level != 0 || r.Remaining != 98 {
+		t.Fatalf("peek among root: %+v %v", r, ok)
+	}
+	if _, ok := s.PeekAmong(now, reqs, 0); ok {
+		t.Fatal("peek among none answered")
+	}
+	for i, want := range []int64{98, 48, 1} {
+		if got := left(s, reqs[i], now); got != want {
+			t.Fatalf("level %d has %d left after the peeks, want %d", i, got, want)
+		}
+	}
+}

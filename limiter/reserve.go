@@ -296,23 +296,19 @@ func (s *Service) describe(h *reserve.Hold, now int64) Outcome {
 	if n == 0 {
 		return Outcome{Allowed: 1, Unlimited: true, Result: engine.Result{Allowed: true, Remaining: -1, Limit: -1}}
 	}
+	// Described by the levels that count cost, as an admitted budget call
+	// is (budget describeCost); by every level when all count calls.
 	var reqs [engine.MaxLevels]engine.Request
-	var from [engine.MaxLevels]int
-	k := 0
-	for pass := 0; pass < 2 && k == 0; pass++ {
-		for i := range h.Levels {
-			if pass == 1 || !h.Levels[i].PerCall {
-				reqs[k], from[k] = h.Levels[i].Request(), i
-				k++
-			}
+	var among uint32
+	for i := range h.Levels {
+		reqs[i] = h.Levels[i].Request()
+		if !h.Levels[i].PerCall {
+			among |= 1 << i
 		}
 	}
-	var r engine.Result
-	if k == 1 {
-		r = s.Store.Acquire(now, reqs[0], 0, true)
-	} else {
-		r = s.Store.AcquireAll(now, reqs[:k], 0, true)
+	if among == 0 {
+		among = 1<<n - 1
 	}
-	r.Level = from[r.Level]
+	r, _ := s.Store.PeekAmong(now, reqs[:n], among)
 	return Outcome{Allowed: 1, Result: r, LimitedBy: h.Levels[r.Level].Name, Cost: h.Estimate, Levels: n}
 }
