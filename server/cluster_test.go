@@ -331,3 +331,40 @@ func TestNonOwnersReportTheOwnersRemaining(t *testing.T) {
 		return ok
 	})
 }
+
+// A budget's limit raised while the other members hold leases of its
+// bucket: the cluster still admits no more than one bucket does. (Once, a
+// lease was converted to the new limit as if it were a bucket, and its
+// holder admitted every call after the raise.)
+func TestRaisedLimitKeepsLeasesExact(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leader := leaderOf(t, nodes...)
+	admin := resptest.Dial(t, leader.Server.RespAddr())
+	admin.Do("RL.BUDGET", "SET", "raised", "RATE", "5", "PER", "hour")
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	var conns []*resptest.Client
+	admitted := 0
+	for _, n := range nodes {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		if r := c.Do("RL.ACQUIRE", "raised"); strings.HasPrefix(r, "[1 ") {
+			admitted++
+		}
+		conns = append(conns, c)
+	}
+	if r := admin.Do("RL.BUDGET", "SET", "raised", "RATE", "20", "PER", "hour"); r != "+OK" {
+		t.Fatalf("raise: %s", r)
+	}
+	testkit.WaitForApplied(t, leader.Raft.FSM().Applied(), nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	for i := 0; i < 150; i++ {
+		if r := conns[i%3].Do("RL.ACQUIRE", "raised"); strings.HasPrefix(r, "[1 ") {
+			admitted++
+		}
+	}
+	t.Logf("admitted %d", admitted)
+	// One bucket admits 5, then, raised with 2 left, 2 more (a raise
+	// grants no refill; 20 an hour refills one in 3 minutes). The cluster
+	// may be ahead by its members' credits, less than a burst of 20.
+	if admitted < 5 || admitted > 25 {
+		t.Fatalf("the cluster admitted %d calls of a limit of 5 raised to 20 an hour (one bucket: 5, bound 25)", admitted)
+	}
+}
