@@ -392,10 +392,7 @@ func (s *Store) add(sh *shard, h hashed, key []byte, l *Limit, st state) uint32 
 // granted, until when, and demand (lease.go), not a bucket's state, and
 // the tokens stay as good under a changed limit as they were.
 func (sh *shard) stateUnder(e *entry, l *Limit, now int64) state {
-	if e.space&leaseBit != 0 {
-		return e.st
-	}
-	if old := &sh.limits[e.lim].lim; !old.same(l) {
+	if old := &sh.limits[e.lim].lim; !old.same(l) && e.space&leaseBit == 0 {
 		return rescale(old, l, e.st, now)
 	}
 	return e.st
