@@ -822,7 +822,7 @@ func (s *Server) countRequest(w *work, domain string, admitted bool) {
 // Unavailable, anything else Internal.
 func grpcError(err error) error {
 	switch fault.Code(err) {
-	case "TRYAGAIN", "CLUSTERDOWN":
+	case "TRYAGAIN", "CLUSTERDOWN", "LOADING":
 		return status.Error(codes.Unavailable, err.Error())
 	case "ERR", "NOBUDGET", "BUDGET":
 		return status.Error(codes.InvalidArgument, err.Error())

@@ -398,7 +398,7 @@ func statusOf(code string) int {
 	switch code {
 	case "NOBUDGET", "NORESERVATION":
 		return http.StatusNotFound
-	case "TRYAGAIN", "CLUSTERDOWN":
+	case "TRYAGAIN", "CLUSTERDOWN", "LOADING":
 		return http.StatusServiceUnavailable
 	case "NOPERM":
 		return http.StatusForbidden

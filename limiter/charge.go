@@ -17,6 +17,9 @@ func (s *Service) Charge(c *Call, n int64, sc *Scratch) (Outcome, error) {
 // onLevels runs op (a refund or a forced charge of n) on every level c
 // charges, quotas included.
 func (s *Service) onLevels(c *Call, n int64, sc *Scratch, op func(*budget.Tree, *engine.Store, int64, *budget.Call, int64, *budget.Scratch) (Outcome, error)) (Outcome, error) {
+	if err := s.loaded(); err != nil {
+		return Outcome{}, err
+	}
 	p, tree, err := s.resolve(c, sc)
 	if err != nil {
 		return Outcome{}, err

@@ -101,6 +101,8 @@ type Service struct {
 	slotsDown map[string]int64
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
+
+	gate loadGate // limiting calls wait while the node loads (loading.go)
 }
 
 // reserveWait bounds how long a call waits for a quota reservation: one
@@ -135,6 +137,9 @@ func (s *Service) tree(c *Call) *budget.Tree {
 // describes the levels as they are when it returns — or refunded and
 // refused if w's caller goes away or the node stops first.
 func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
+	if err := s.loaded(); err != nil {
+		return Outcome{}, err
+	}
 	tree := s.tree(c)
 	c.Quotas = s
 	now := c.Now
@@ -251,6 +256,9 @@ func (s *Service) resolve(c *Call, sc *Scratch) (Call, *budget.Tree, error) {
 
 // Peek answers what Acquire would, consuming nothing.
 func (s *Service) Peek(c *Call, sc *Scratch) (Outcome, error) {
+	if err := s.loaded(); err != nil {
+		return Outcome{}, err
+	}
 	p, tree, err := s.resolve(c, sc)
 	if err != nil {
 		return Outcome{}, err
@@ -311,6 +319,9 @@ func (s *Service) quotaCall(c *Call, spec *quota.Spec) (*budget.Tree, error) {
 // Quota describes the tightest quota c counts against at the service
 // clock.
 func (s *Service) Quota(c *Call, sc *Scratch) (quota.Status, error) {
+	if err := s.loaded(); err != nil {
+		return quota.Status{}, err
+	}
 	q := *c
 	var spec quota.Spec
 	tree, err := s.quotaCall(&q, &spec)

@@ -36,6 +36,9 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 	if s.Holds == nil {
 		return Outcome{}, "", errReserveOff
 	}
+	if err := s.loaded(); err != nil {
+		return Outcome{}, "", err
+	}
 	if len(c.With) > 0 || c.DryRun {
 		return Outcome{}, "", &fault.Error{Code: "ERR", Msg: "a reservation takes one call, not a dry run nor several parts"}
 	}

@@ -15,6 +15,10 @@ type PeerStatus struct {
 	// InCluster: the node has a Raft configuration (it bootstrapped a
 	// cluster or was added to one), so a new node joins through it.
 	InCluster bool
+	// Leader: the node says it leads; CommitIndex is the commit index it
+	// reports (RL.CLUSTER INFO's role and commit_index).
+	Leader      bool
+	CommitIndex uint64
 }
 
 // Discovery's pace: the first look is at once, later ones back off to

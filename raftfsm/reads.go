@@ -162,3 +162,26 @@ func (n *Node) AppliedIndex() uint64 {
 	}
 	return ra
 }
+
+// LeaderCommit returns the commit index of the leader this node knows: its
+// own when it leads, else what the leader answers (RL.CLUSTER INFO). A
+// node that has applied up to it has every write acknowledged before the
+// question, which its own commit index does not promise: a follower that
+// restarts learns the leader's commit index one batch of entries at a time.
+func (n *Node) LeaderCommit(ctx context.Context) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.raft.CommitIndex(), nil
+	}
+	id, addr, ok := n.Leader()
+	if !ok || addr == "" || id == n.opts.ID {
+		return 0, ErrNoLeader
+	}
+	st, err := n.remote.Status(ctx, addr)
+	if err != nil {
+		return 0, err
+	}
+	if !st.Leader || st.ID != id {
+		return 0, ErrNoLeader
+	}
+	return st.CommitIndex, nil
+}

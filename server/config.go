@@ -60,6 +60,7 @@ type Config struct {
 	Shards               int
 	SyncInterval         time.Duration
 	ApplyTimeout         time.Duration
+	LoadingTimeout       time.Duration // how long a starting node answers LOADING at most; 0: until caught up
 	ShutdownTimeout      time.Duration
 	LogLevel             string
 	LogFormat            string
@@ -217,6 +218,7 @@ var settings = []setting{
 	{name: "max-args", def: "4096", usage: "maximum arguments in one command", bind: num(func(c *Config) *int { return &c.MaxArgs })},
 	{name: "shards", def: "0", usage: "bucket store shards (0: sized to the machine)", bind: num(func(c *Config) *int { return &c.Shards })},
 	{name: "apply-timeout", def: "5s", usage: "how long a configuration write may wait for a leader and its commit", bind: dur(func(c *Config) *time.Duration { return &c.ApplyTimeout })},
+	{name: "loading-timeout", def: "30s", usage: "how long a starting node answers limiting calls with LOADING while it catches up with the cluster, at most, before it decides from the last tree it applied (0: until caught up, however long)", bind: dur(func(c *Config) *time.Duration { return &c.LoadingTimeout })},
 	{name: "sync-interval", def: "100ms", usage: "how often nodes exchange consumption", bind: dur(func(c *Config) *time.Duration { return &c.SyncInterval })},
 	{name: "shutdown-timeout", def: "10s", usage: "how long SIGTERM waits for in-flight replies", bind: dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{name: "log-level", def: "info", usage: "debug, info, warn or error", bind: str(func(c *Config) *string { return &c.LogLevel })},
@@ -269,7 +271,7 @@ var helpGroups = []struct {
 	names []string
 }{
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
-	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "sync-interval"}},
+	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "loading-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
@@ -616,6 +618,9 @@ func (c *Config) Validate() error {
 	intRange("shards", c.Shards, 0, 4096)
 	if c.ApplyTimeout < 100*time.Millisecond || c.ApplyTimeout > 10*time.Minute {
 		bad("apply-timeout", "must be between 100ms and 10m, got %v", c.ApplyTimeout)
+	}
+	if c.LoadingTimeout != 0 && (c.LoadingTimeout < time.Second || c.LoadingTimeout > time.Hour) {
+		bad("loading-timeout", "must be 0 (until caught up) or between 1s and 1h, got %v", c.LoadingTimeout)
 	}
 	if c.SyncInterval < 10*time.Millisecond || c.SyncInterval > time.Minute {
 		bad("sync-interval", "must be between 10ms and 1m, got %v", c.SyncInterval)

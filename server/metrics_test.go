@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // scrape returns the sample values of /metrics keyed by "name{labels}".
@@ -115,14 +116,28 @@ func TestReadyzWaitsForALeader(t *testing.T) {
 	if got := status(n, "/healthz"); got != 200 {
 		t.Fatalf("/healthz: %d", got)
 	}
-	// Without a leader, RL.ACQUIRE still answers; writes wait for one up to
-	// the apply timeout, then say TRYAGAIN.
+	// Without a leader it has not caught up with any cluster: RL.ACQUIRE
+	// answers LOADING (for --loading-timeout, 30 s here); writes wait for a
+	// leader up to the apply timeout, then say TRYAGAIN.
 	c := resptest.Dial(t, n.Server.RespAddr())
-	if got := c.Do("RL.ACQUIRE", "k", "RATE", "5"); !strings.HasPrefix(got, "[1 4 5 0") {
-		t.Fatalf("acquire without a leader: %s", got)
+	if got := c.Do("RL.ACQUIRE", "k", "RATE", "5"); got != "-LOADING sluice is loading the dataset in memory" {
+		t.Fatalf("acquire without a leader, before --loading-timeout: %s", got)
 	}
 	if got := c.Do("RL.BUDGET", "SET", "a", "RATE", "5"); got != "-TRYAGAIN no leader" {
 		t.Fatalf("write without a leader: %s", got)
+	}
+	// Past --loading-timeout, a node that never caught up decides from the
+	// tree it has.
+	late := startTestNode(t, testNode{Config: func(c *Config) { c.Join = "127.0.0.1:1"; c.LoadingTimeout = time.Second },
+		Raft: func(o *raftfsm.Options) { o.ApplyTimeout = time.Second }})
+	lc := resptest.Dial(t, late.Server.RespAddr())
+	var got string
+	testkit.WaitFor(t, 30*time.Second, "acquire past --loading-timeout", func() bool {
+		got = lc.Do("RL.ACQUIRE", "k", "RATE", "5")
+		return got != "-LOADING sluice is loading the dataset in memory"
+	})
+	if !strings.HasPrefix(got, "[1 4 5 0") {
+		t.Fatalf("acquire without a leader, past --loading-timeout: %s", got)
 	}
 	single := startNode(t, nil)
 	if got := status(single, "/readyz"); got != 200 {

@@ -101,6 +101,9 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	peerUser, peerPass := cfg.peerLogin(rn.ID())
 	s.env.Cluster = rn
 	s.svc.Cluster, s.svc.Quotas = rn, rn.FSM()
+	// Limiting calls wait, then answer LOADING, until this node has caught
+	// up with the cluster (loading.go).
+	s.svc.StartLoading()
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
 	s.svc.Store.SetQuotaSource(rn.FSM())
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
@@ -115,6 +118,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	n.startReservations(&cfg)
 	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
 	go newLeaser(n, leaseClient).run()
+	go n.watchLoading(cfg.LoadingTimeout)
 	s.fail = func(err error) {
 		select {
 		case n.failed <- err:

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -92,8 +93,13 @@ func (r *remote) Status(ctx context.Context, addr string) (raftfsm.PeerStatus, e
 		return st, fmt.Errorf("unexpected reply to RL.CLUSTER INFO from %s: %q", addr, raw)
 	}
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if string(pairs[i]) == "node_id" {
+		switch string(pairs[i]) {
+		case "node_id":
 			st.ID = string(pairs[i+1])
+		case "role":
+			st.Leader = string(pairs[i+1]) == "leader"
+		case "commit_index":
+			st.CommitIndex, _ = strconv.ParseUint(string(pairs[i+1]), 10, 64)
 		}
 	}
 	if raw, err = r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("NODES")}); err == nil {
