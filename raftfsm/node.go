@@ -72,10 +72,10 @@ type Remote interface {
 	// Relay sends a client command to the node at addr and returns its raw
 	// reply (membership changes and consistent reads run on the leader).
 	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
-	// Join asks the member at addr to add m (a voter, or a non-voter once
-	// the cluster has Options.Voters voters; auto: the node's
-	// own request, refused for a node an operator removed).
-	Join(ctx context.Context, addr string, m Member) error
+	// Join asks the member at addr to add m, this node (a voter, or a
+	// non-voter once the cluster has Options.Voters voters): JoinAfresh
+	// when fresh (this node has no Raft state), else JoinBySelf.
+	Join(ctx context.Context, addr string, m Member, fresh bool) error
 	// Status asks the node at addr for its id and whether it is in a
 	// cluster (for Options.Discover).
 	Status(ctx context.Context, addr string) (PeerStatus, error)
@@ -92,7 +92,7 @@ func (noRemote) Forward(context.Context, string, []byte) (Response, error) {
 	return Response{}, errNoRemote
 }
 func (noRemote) Relay(context.Context, string, [][]byte) ([]byte, error) { return nil, errNoRemote }
-func (noRemote) Join(context.Context, string, Member) error              { return errNoRemote }
+func (noRemote) Join(context.Context, string, Member, bool) error        { return errNoRemote }
 func (noRemote) Status(context.Context, string) (PeerStatus, error) {
 	return PeerStatus{}, errNoRemote
 }
@@ -118,6 +118,9 @@ type Node struct {
 	readTerm  atomic.Uint64
 	removed   atomic.Bool
 	wasMember atomic.Bool
+	// fresh: this node started with no Raft state and has not been in a
+	// configuration since; its own join request says so (JoinAfresh).
+	fresh atomic.Bool
 	// peers folds raft's lines about unreachable peers (logs.go); seen is
 	// the leader and term last logged.
 	peers *peerLog

@@ -120,6 +120,7 @@ func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, 
 		closeStores()
 		return false, err
 	}
+	n.fresh.Store(!existing)
 	n.stable = &stableStore{s: n.bolt}
 	if n.raft, err = raft.NewRaft(raftConfig(n.opts, hl, n.notify), n.fsm, n.logs, n.stable, snaps, n.trans); err != nil {
 		closeStores()

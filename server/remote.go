@@ -60,13 +60,17 @@ func (r *remote) Relay(ctx context.Context, addr string, args [][]byte) ([]byte,
 	return r.fwd.DoContext(ctx, addr, args)
 }
 
-// Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join.
-func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error {
+// Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join
+// (AUTO FRESH from a node that has no Raft state).
+func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member, fresh bool) error {
 	if *r.id.Load() == "" {
 		r.setID(m.ID)
 	}
-	raw, err := r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
-		[]byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")})
+	args := [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"), []byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")}
+	if fresh {
+		args = append(args, []byte("FRESH"))
+	}
+	raw, err := r.join.DoContext(ctx, addr, args)
 	if err != nil {
 		return err
 	}
