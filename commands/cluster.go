@@ -95,13 +95,7 @@ func clusterCmd(ctx *Ctx) {
 		ctx.Conn.WriteArray(len(servers))
 		for _, s := range servers {
 			id := s.ID
-			role := "follower"
-			switch {
-			case id == leaderID:
-				role = "leader"
-			case id == cl.ID():
-				role = cl.Role()
-			}
+			role := MemberRole(s, cl.ID(), leaderID, cl.Role())
 			suffrage := "voter"
 			if !s.Voter {
 				suffrage = "nonvoter"
@@ -166,6 +160,22 @@ func clusterCmd(ctx *Ctx) {
 	default:
 		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try RL.CLUSTER INFO, NODES, JOIN id raft_addr resp_addr or LEAVE id.")
 	}
+}
+
+// MemberRole is the role RL.CLUSTER NODES and /v1/cluster show for the
+// member v, seen from the node self whose own role is selfRole:
+// its own role for itself, unreachable for a member that does not answer
+// its probes (SPEC §5), leader for the leader it knows, else follower.
+func MemberRole(v raftfsm.Voter, self, leaderID, selfRole string) string {
+	switch {
+	case v.ID == self:
+		return selfRole
+	case v.Unreachable:
+		return "unreachable"
+	case v.ID == leaderID:
+		return "leader"
+	}
+	return "follower"
 }
 
 // membership runs a leader-only membership change here or on the leader.

@@ -60,6 +60,10 @@ type Options struct {
 	VoterGrace, VoterStabilization time.Duration
 	// ObserveApply, if set, receives the duration of every Apply.
 	ObserveApply func(seconds float64)
+	// ProbeInterval is how often this node PINGs every other member
+	// (default 1s); a member that has not answered for UnreachableAfter
+	// (default 2s) is unreachable (reach.go).
+	ProbeInterval, UnreachableAfter time.Duration
 }
 
 // Remote is how a node reaches other nodes outside Raft. Calls end when
@@ -72,6 +76,9 @@ type Remote interface {
 	// Relay sends a client command to the node at addr and returns its raw
 	// reply (membership changes and consistent reads run on the leader).
 	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
+	// Ping asks the node at addr for PONG (any reply counts): whether it
+	// answers (reach.go).
+	Ping(ctx context.Context, addr string) error
 	// Join asks the member at addr to add m, this node (a voter, or a
 	// non-voter once the cluster has Options.Voters voters): JoinAfresh
 	// when fresh (this node has no Raft state), else JoinBySelf.
@@ -93,6 +100,7 @@ func (noRemote) Forward(context.Context, string, []byte) (Response, error) {
 }
 func (noRemote) Relay(context.Context, string, [][]byte) ([]byte, error) { return nil, errNoRemote }
 func (noRemote) Join(context.Context, string, Member, bool) error        { return errNoRemote }
+func (noRemote) Ping(context.Context, string) error                      { return errNoRemote }
 func (noRemote) Status(context.Context, string) (PeerStatus, error) {
 	return PeerStatus{}, errNoRemote
 }
@@ -118,6 +126,7 @@ type Node struct {
 	readTerm  atomic.Uint64
 	removed   atomic.Bool
 	wasMember atomic.Bool
+	reach     reach
 	// fresh: this node started with no Raft state and has not been in a
 	// configuration since; its own join request says so (JoinAfresh).
 	fresh atomic.Bool
@@ -249,14 +258,20 @@ func (n *Node) Servers() ([]raft.Server, error) {
 type Voter struct {
 	ID, RaftAddr string
 	Voter        bool // false: a non-voter
+	// Unreachable: another member that has not answered this node's
+	// probes for Options.UnreachableAfter (reach.go).
+	Unreachable bool
 }
 
 // Voters returns the servers of the current Raft configuration.
 func (n *Node) Voters() ([]Voter, error) {
 	servers, err := n.Servers()
 	out := make([]Voter, len(servers))
+	now := time.Now()
 	for i, s := range servers {
-		out[i] = Voter{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
+		id := string(s.ID)
+		out[i] = Voter{ID: id, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter,
+			Unreachable: id != n.opts.ID && n.reach.unreachable(id, now, n.opts.UnreachableAfter)}
 	}
 	return out, err
 }

@@ -63,6 +63,12 @@ func (r memRemote) Join(ctx context.Context, addr string, m Member, fresh bool) 
 	return err
 }
 
+// Ping answers for a node registered (running) at addr.
+func (r memRemote) Ping(ctx context.Context, addr string) error {
+	_, err := r.node(addr)
+	return err
+}
+
 func (r memRemote) Status(ctx context.Context, addr string) (PeerStatus, error) {
 	n, err := r.node(addr)
 	if err != nil {

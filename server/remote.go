@@ -18,6 +18,9 @@ import (
 // peer credentials.
 type remote struct {
 	join, fwd *respclient.Client
+	// probe PINGs members (raftfsm's reach.go): short timeouts, its
+	// own connections, so that a probe never waits behind a join.
+	probe *respclient.Client
 	// id is this node's id, which its credentials name: known from the
 	// configuration or, with a Raft port the OS picks, once Raft has
 	// bound it (the node's own join request carries it).
@@ -33,6 +36,8 @@ func newRemote(cfg *Config, clientTLS *tls.Config) *remote {
 			Timeout: 10 * time.Second, DialTimeout: 500 * time.Millisecond}
 	}
 	r.join, r.fwd = c("sluice-peer:"+cfg.NodeID), c(raftfsm.ForwardPrefix+cfg.NodeID)
+	r.probe = c("sluice-peer:" + cfg.NodeID)
+	r.probe.Timeout = time.Second
 	return r
 }
 
@@ -80,6 +85,16 @@ func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member, fresh 
 	return nil
 }
 
+// Ping sends PING to addr: any reply, an error reply or a refused
+// login included, is an answer.
+func (r *remote) Ping(ctx context.Context, addr string) error {
+	_, err := r.probe.DoContext(ctx, addr, [][]byte{[]byte("PING")})
+	if he := (*respclient.HandshakeError)(nil); errors.As(err, &he) {
+		return nil
+	}
+	return err
+}
+
 // Status asks the node at addr for RL.CLUSTER INFO (its node_id) and
 // RL.CLUSTER NODES (empty for a node that has no Raft configuration yet).
 func (r *remote) Status(ctx context.Context, addr string) (raftfsm.PeerStatus, error) {
@@ -111,6 +126,7 @@ func (r *remote) Status(ctx context.Context, addr string) (raftfsm.PeerStatus, e
 }
 
 func (r *remote) Close() {
+	r.probe.Close()
 	r.join.Close()
 	r.fwd.Close()
 }
