@@ -34,11 +34,11 @@ func memoryLimit(nonHeap, live, other, bound int64) int64 {
 
 // otherEstimate follows what the heap holds outside the client buffers,
 // est being its last value and live−buffers the new sample: down at
-// once, up by a 64th of the difference a step (a half-life of 4.4 s). A collection that
-// runs while buffers are allocated counts them live (and buffers dropped
-// since as well), so that one sample can be far above the truth; a rise
-// that lasts is followed within seconds, and meanwhile the limit never
-// falls below what is live (memoryLimit).
+// once, up by a 64th of the difference a step (a half-life of 4.4 s).
+// A collection that runs while buffers are allocated counts them live
+// (and buffers dropped since as well), so that one sample can be far
+// above the truth; a rise that lasts is followed within seconds, and
+// meanwhile the limit never falls below what is live (memoryLimit).
 func otherEstimate(est, sample int64) int64 {
 	sample = max(sample, 0)
 	if est < 0 || sample <= est {
