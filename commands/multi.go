@@ -148,7 +148,7 @@ const (
 func (s *Session) endTx() {
 	t := &s.tx
 	t.on, t.dirty, s.caching = false, false, false
-	if cap(t.arena) > keepQueue {
+	if t.footprint() > keepQueue {
 		t.arena, t.spans, t.cmds, t.args, t.argc = nil, nil, nil, nil, 0
 		t.giveBack()
 	}
