@@ -28,7 +28,7 @@ type Cluster interface {
 	// RelayTo sends a command to the member at a RESP address and waits
 	// at most timeout for its reply (0: --apply-timeout).
 	RelayTo(addr string, args [][]byte, timeout time.Duration) ([]byte, error)
-	Join(id, raftAddr, respAddr string, auto bool) error
+	Join(id, raftAddr, respAddr string, by raftfsm.JoinBy) error
 	Leave(id string) error
 	Stats() map[string]string
 	Voters() ([]raftfsm.Voter, error)
@@ -95,13 +95,7 @@ func clusterCmd(ctx *Ctx) {
 		ctx.Conn.WriteArray(len(servers))
 		for _, s := range servers {
 			id := s.ID
-			role := "follower"
-			switch {
-			case id == leaderID:
-				role = "leader"
-			case id == cl.ID():
-				role = cl.Role()
-			}
+			role := MemberRole(s, cl.ID(), leaderID, cl.Role())
 			suffrage := "voter"
 			if !s.Voter {
 				suffrage = "nonvoter"
@@ -113,10 +107,13 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteBulkString(suffrage)
 			ctx.Conn.WriteBulkString(role)
 		}
-	case eq(sub, "JOIN") && (len(a) == 5 || len(a) == 6 && eq(a[5], "AUTO")):
+	case eq(sub, "JOIN") && (len(a) == 5 || len(a) == 6 && eq(a[5], "AUTO") || len(a) == 7 && eq(a[5], "AUTO") && eq(a[6], "FRESH")):
 		// AUTO marks a node's own request to join (sent by the node
-		// itself), which is refused for a node an operator removed.
-		if len(a) == 6 && !fromPeer(ctx, nil) || !adminRole(ctx) {
+		// itself), which is refused for a node an operator removed;
+		// AUTO FRESH, one from a node that started with no Raft state
+		// (its data directory deleted: the way to move a node), which
+		// re-admits it.
+		if len(a) > 5 && !fromPeer(ctx, nil) || !adminRole(ctx) {
 			return
 		}
 		id, raftAddr, respAddr := string(a[2]), string(a[3]), string(a[4])
@@ -124,7 +121,14 @@ func clusterCmd(ctx *Ctx) {
 			ctx.Conn.WriteError("ERR node id must be non-empty, without spaces, commas or '='")
 			return
 		}
-		ctx.membership(func() error { return cl.Join(id, raftAddr, respAddr, len(a) == 6) })
+		by := raftfsm.JoinByOperator
+		switch len(a) {
+		case 6:
+			by = raftfsm.JoinBySelf
+		case 7:
+			by = raftfsm.JoinAfresh
+		}
+		ctx.membership(func() error { return cl.Join(id, raftAddr, respAddr, by) })
 	case eq(sub, "APPLY") && len(a) == 3:
 		// A write another node forwards to this one, the leader: an
 		// encoded log entry; the reply is its encoded outcome.
@@ -156,6 +160,22 @@ func clusterCmd(ctx *Ctx) {
 	default:
 		ctx.Conn.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try RL.CLUSTER INFO, NODES, JOIN id raft_addr resp_addr or LEAVE id.")
 	}
+}
+
+// MemberRole is the role RL.CLUSTER NODES and /v1/cluster show for the
+// member v, seen from the node self whose own role is selfRole:
+// its own role for itself, unreachable for a member that does not answer
+// its probes (SPEC §5), leader for the leader it knows, else follower.
+func MemberRole(v raftfsm.Voter, self, leaderID, selfRole string) string {
+	switch {
+	case v.ID == self:
+		return selfRole
+	case v.Unreachable:
+		return "unreachable"
+	case v.ID == leaderID:
+		return "leader"
+	}
+	return "follower"
 }
 
 // membership runs a leader-only membership change here or on the leader.

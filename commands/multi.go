@@ -3,6 +3,7 @@ package commands
 import (
 	"strconv"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Transactions, as Redis has them: MULTI starts queueing, each command is
@@ -33,6 +34,7 @@ type tx struct {
 	spans     [][2]int // each argument: start and end in arena
 	cmds      []queued
 	args      [][]byte // reused to run each queued command
+	argc      int      // the most arguments of a queued command (args' size at EXEC)
 	queued    atomic.Int32
 	mem       atomic.Int64
 	// held is what the queue takes of Env.ClientMemory, given back with
@@ -105,28 +107,49 @@ func execCmd(ctx *Ctx) {
 	}
 	t.on = false
 	c.WriteArray(len(t.cmds))
+	spill, _ := c.(Spiller)
+	pending, replies := 0, 0
 	for _, q := range t.cmds {
 		args := t.args[:0]
 		for _, sp := range t.spans[q.first : q.first+q.argc] {
 			args = append(args, t.arena[sp[0]:sp[1]:sp[1]])
+			pending += sp[1] - sp[0]
 		}
 		t.args = args
 		if ok, e := s.Allowed(q.cmd); !ok { // AUTH or RESET earlier in the queue may have changed the role
 			c.WriteError(e)
-			continue
+		} else {
+			env.run(c, s, q.cmd, args, monoNow())
 		}
-		env.run(c, s, q.cmd, args, monoNow())
+		// The replies go out as they come rather than all at the end:
+		// a transaction of millions of commands, or of large ECHOs,
+		// would otherwise hold as many replies, which no bound counts.
+		if replies++; spill != nil && (pending >= spillBytes || replies >= spillReplies) {
+			spill.Spill()
+			pending, replies = 0, 0
+		}
 	}
 	s.endTx()
 }
+
+// Spiller is a Writer that can send the replies it holds before the
+// command ends (the server's connections): EXEC spills every
+// spillReplies replies, or once its commands' arguments reach spillBytes
+// (an ECHO's reply is as large).
+type Spiller interface{ Spill() }
+
+const (
+	spillReplies = 1024
+	spillBytes   = 64 << 10
+)
 
 // endTx forgets the transaction, keeping the queue's memory unless it grew
 // large.
 func (s *Session) endTx() {
 	t := &s.tx
 	t.on, t.dirty, s.caching = false, false, false
-	if cap(t.arena) > keepQueue {
-		t.arena, t.spans, t.cmds = nil, nil, nil
+	if t.footprint() > keepQueue {
+		t.arena, t.spans, t.cmds, t.args, t.argc = nil, nil, nil, nil, 0
 		t.giveBack()
 	}
 	t.arena, t.spans, t.cmds = t.arena[:0], t.spans[:0], t.cmds[:0]
@@ -151,7 +174,7 @@ func (t *tx) giveBack() {
 // when its connection ends.
 func (s *Session) Close() {
 	s.tx.on = false
-	s.tx.arena, s.tx.spans, s.tx.cmds = nil, nil, nil
+	s.tx.arena, s.tx.spans, s.tx.cmds, s.tx.args, s.tx.argc = nil, nil, nil, nil, 0
 	s.tx.giveBack()
 }
 
@@ -180,7 +203,7 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	// (Env.ClientMemory): the arena grows here, by doubling, once the
 	// bound has room for it, so that many connections each queuing less
 	// than MaxQueuedBytes cannot hold any amount together.
-	if !t.reserve(env, len(t.arena)+size, len(t.spans)+len(args)) {
+	if !t.reserve(env, len(t.arena)+size, len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
 		t.dirty = true
 		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
 		return
@@ -193,24 +216,50 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	}
 	t.cmds = append(t.cmds, q)
 	t.queued.Store(int32(len(t.cmds)))
-	t.mem.Store(int64(cap(t.arena) + 16*cap(t.spans)))
+	t.mem.Store(t.footprint())
 	c.WriteString("QUEUED")
 }
 
-// reserve grows the queue to hold arena bytes and spans arguments, if
-// the client memory bound has room for the growth.
-func (t *tx) reserve(env *Env, arena, spans int) bool {
-	na, ns := cap(t.arena), cap(t.spans)
+// Bytes per element of the queue's slices, as the bound counts them: a
+// span is two ints, a queued command a pointer and two ints, an argument
+// of the slice EXEC reuses a slice header.
+const (
+	spanBytes   = int64(unsafe.Sizeof([2]int{}))
+	queuedBytes = int64(unsafe.Sizeof(queued{}))
+	argBytes    = int64(unsafe.Sizeof([]byte(nil)))
+)
+
+// queueBytes is the memory of a queue with these capacities: its
+// arguments' bytes, their spans, its commands, and the argument slice
+// EXEC fills, as long as the longest command.
+func queueBytes(arena, spans, cmds, argc int) int64 {
+	return int64(arena) + spanBytes*int64(spans) + queuedBytes*int64(cmds) + argBytes*int64(argc)
+}
+
+// footprint is what the queue holds now, counted in the bound.
+func (t *tx) footprint() int64 {
+	return queueBytes(cap(t.arena), cap(t.spans), cap(t.cmds), max(cap(t.args), t.argc))
+}
+
+// reserve grows the queue to hold arena bytes, spans arguments and cmds
+// commands of up to argc arguments, if the client memory bound has room
+// for the growth: every slice the queue grows counts, not only its bytes.
+func (t *tx) reserve(env *Env, arena, spans, cmds, argc int) bool {
+	na, ns, nc := cap(t.arena), cap(t.spans), cap(t.cmds)
+	argc = max(argc, t.argc, cap(t.args))
 	if arena > na {
 		na = max(arena, min(2*na, MaxQueuedBytes))
 	}
 	if spans > ns {
 		ns = max(spans, 2*ns)
 	}
-	if na == cap(t.arena) && ns == cap(t.spans) {
+	if cmds > nc {
+		nc = max(cmds, 2*nc, 4)
+	}
+	if na == cap(t.arena) && ns == cap(t.spans) && nc == cap(t.cmds) && argc == max(t.argc, cap(t.args)) {
 		return true
 	}
-	mem := int64(na + 16*ns)
+	mem := queueBytes(na, ns, nc, argc)
 	if env.ClientMemory != nil {
 		if !env.ClientMemory(mem - t.held) {
 			return false
@@ -223,6 +272,10 @@ func (t *tx) reserve(env *Env, arena, spans int) bool {
 	if ns > cap(t.spans) {
 		t.spans = append(make([][2]int, 0, ns), t.spans...)
 	}
+	if nc > cap(t.cmds) {
+		t.cmds = append(make([]queued, 0, nc), t.cmds...)
+	}
+	t.argc = argc
 	return true
 }
 

@@ -105,7 +105,7 @@ func (n *Node) discoverOnce() string {
 // joinVia asks the member at addr to add this node.
 func (n *Node) joinVia(ctx context.Context, addr string) string {
 	me := Member{ID: n.opts.ID, RespAddr: n.opts.RespAddr, RaftAddr: n.opts.RaftAddr}
-	if err := n.remote.Join(ctx, addr, me); err != nil {
+	if err := n.remote.Join(ctx, addr, me, n.fresh.Load()); err != nil {
 		if strings.Contains(err.Error(), RemovedText) {
 			n.setRemoved(true)
 		}

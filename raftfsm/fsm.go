@@ -18,7 +18,8 @@ type State struct {
 	Tree    *budget.Tree
 	Members map[string]Member
 	// Removed holds the ids an operator removed with RL.CLUSTER LEAVE: such
-	// a node does not rejoin on its own, only when an operator joins it.
+	// a node does not rejoin on its own, only when an operator joins it or
+	// it starts again with no Raft state (JoinAfresh).
 	Removed map[string]bool
 }
 

@@ -8,16 +8,41 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// JoinBy says who asks a node to join, which decides whether a node an
+// operator removed (RL.CLUSTER LEAVE) is let back in.
+type JoinBy int
+
+const (
+	// JoinByOperator: an operator's RL.CLUSTER JOIN; it re-admits a
+	// removed node.
+	JoinByOperator JoinBy = iota
+	// JoinBySelf: a node's own request (--join, discovery) from a node
+	// that has Raft state; refused for a removed node, which so stays out
+	// while it runs, or restarts, on its old state.
+	JoinBySelf
+	// JoinAfresh: a node's own request from a node that started with no
+	// Raft state (its data directory deleted or new): the documented way
+	// to move a node (LEAVE, delete the data directory, start with
+	// --join), so it re-admits a removed node as an operator's join does.
+	JoinAfresh
+)
+
+func (b JoinBy) String() string {
+	return [...]string{"operator", "self", "self_afresh"}[b]
+}
+
 // Join adds a node as a voter, or as a non-voter once the cluster has
 // Options.Voters voters (leader only), first removing any stale
 // member with the same id or Raft address, and records its RESP address.
-// It is idempotent: joining a member again only refreshes its record. An
-// automatic join (a node's own request) of a node an operator removed is
-// refused; an operator's join re-admits it.
-func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
+// It is idempotent: joining a member again only refreshes its record. A
+// node's own request (JoinBySelf) of a node an operator removed is
+// refused; an operator's join, or a removed node's own started afresh,
+// re-admits it.
+func (n *Node) Join(id, raftAddr, respAddr string, by JoinBy) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
+	auto := by == JoinBySelf
 	if auto && n.fsm.State().Removed[id] {
 		return errRemoved(id)
 	}
@@ -64,12 +89,13 @@ func (n *Node) Join(id, raftAddr, respAddr string, auto bool) error {
 	if err := add(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.opts.ApplyTimeout).Error(); err != nil {
 		return &Error{Code: "TRYAGAIN", Msg: "adding " + as + ": " + err.Error()}
 	}
-	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr, "as", as, "by_operator", !auto)
+	n.log.Info("node joined", "id", id, "raft", raftAddr, "resp", respAddr, "as", as, "by", by.String())
 	return nil
 }
 
 // Leave removes a node from the cluster (leader only). The node is marked
-// removed in the replicated state, so it does not rejoin on its own.
+// removed in the replicated state, so it does not rejoin on its own (on
+// the state it has; see JoinAfresh).
 func (n *Node) Leave(id string) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
@@ -130,6 +156,7 @@ func (n *Node) configurationApplied(_ uint64, c raft.Configuration) {
 	switch {
 	case in:
 		n.wasMember.Store(true)
+		n.fresh.Store(false)
 		if !n.fsm.State().Removed[n.opts.ID] {
 			n.setRemoved(false)
 		}
@@ -164,6 +191,11 @@ func (n *Node) register() {
 // is settled (this node recorded, and on the leader every voter).
 func (n *Node) registerOnce() bool {
 	me := Member{ID: n.opts.ID, RespAddr: n.opts.RespAddr, RaftAddr: n.opts.RaftAddr}
+	if n.fresh.Load() && n.inConfiguration() {
+		// In a configuration (one a snapshot brought too, which
+		// configurationApplied does not see): no longer fresh.
+		n.fresh.Store(false)
+	}
 	st := n.fsm.State()
 	if st.Removed[me.ID] {
 		n.setRemoved(true)
@@ -200,7 +232,7 @@ func (n *Node) registerOnce() bool {
 		}
 		if target != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), n.opts.ApplyTimeout)
-			err := n.remote.Join(ctx, target, me)
+			err := n.remote.Join(ctx, target, me, n.fresh.Load())
 			cancel()
 			switch {
 			case err != nil && strings.Contains(err.Error(), RemovedText):
@@ -213,6 +245,17 @@ func (n *Node) registerOnce() bool {
 	}
 	st = n.fsm.State()
 	return st.Members[me.ID] == me && (!n.IsLeader() || n.peersRegistered(st))
+}
+
+// inConfiguration reports whether this node is in its Raft configuration.
+func (n *Node) inConfiguration() bool {
+	servers, err := n.Servers()
+	for _, s := range servers {
+		if err == nil && string(s.ID) == n.opts.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // RemovedText is in the refusal a removed node meets when it asks to join.

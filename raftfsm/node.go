@@ -60,6 +60,10 @@ type Options struct {
 	VoterGrace, VoterStabilization time.Duration
 	// ObserveApply, if set, receives the duration of every Apply.
 	ObserveApply func(seconds float64)
+	// ProbeInterval is how often this node PINGs every other member
+	// (default 1s); a member that has not answered for UnreachableAfter
+	// (default 2s) is unreachable (reach.go).
+	ProbeInterval, UnreachableAfter time.Duration
 }
 
 // Remote is how a node reaches other nodes outside Raft. Calls end when
@@ -72,10 +76,13 @@ type Remote interface {
 	// Relay sends a client command to the node at addr and returns its raw
 	// reply (membership changes and consistent reads run on the leader).
 	Relay(ctx context.Context, addr string, args [][]byte) ([]byte, error)
-	// Join asks the member at addr to add m (a voter, or a non-voter once
-	// the cluster has Options.Voters voters; auto: the node's
-	// own request, refused for a node an operator removed).
-	Join(ctx context.Context, addr string, m Member) error
+	// Ping asks the node at addr for PONG (any reply counts): whether it
+	// answers (reach.go).
+	Ping(ctx context.Context, addr string) error
+	// Join asks the member at addr to add m, this node (a voter, or a
+	// non-voter once the cluster has Options.Voters voters): JoinAfresh
+	// when fresh (this node has no Raft state), else JoinBySelf.
+	Join(ctx context.Context, addr string, m Member, fresh bool) error
 	// Status asks the node at addr for its id and whether it is in a
 	// cluster (for Options.Discover).
 	Status(ctx context.Context, addr string) (PeerStatus, error)
@@ -92,7 +99,8 @@ func (noRemote) Forward(context.Context, string, []byte) (Response, error) {
 	return Response{}, errNoRemote
 }
 func (noRemote) Relay(context.Context, string, [][]byte) ([]byte, error) { return nil, errNoRemote }
-func (noRemote) Join(context.Context, string, Member) error              { return errNoRemote }
+func (noRemote) Join(context.Context, string, Member, bool) error        { return errNoRemote }
+func (noRemote) Ping(context.Context, string) error                      { return errNoRemote }
 func (noRemote) Status(context.Context, string) (PeerStatus, error) {
 	return PeerStatus{}, errNoRemote
 }
@@ -118,6 +126,10 @@ type Node struct {
 	readTerm  atomic.Uint64
 	removed   atomic.Bool
 	wasMember atomic.Bool
+	reach     reach
+	// fresh: this node started with no Raft state and has not been in a
+	// configuration since; its own join request says so (JoinAfresh).
+	fresh atomic.Bool
 	// peers folds raft's lines about unreachable peers (logs.go); seen is
 	// the leader and term last logged.
 	peers *peerLog
@@ -246,14 +258,20 @@ func (n *Node) Servers() ([]raft.Server, error) {
 type Voter struct {
 	ID, RaftAddr string
 	Voter        bool // false: a non-voter
+	// Unreachable: another member that has not answered this node's
+	// probes for Options.UnreachableAfter (reach.go).
+	Unreachable bool
 }
 
 // Voters returns the servers of the current Raft configuration.
 func (n *Node) Voters() ([]Voter, error) {
 	servers, err := n.Servers()
 	out := make([]Voter, len(servers))
+	now := time.Now()
 	for i, s := range servers {
-		out[i] = Voter{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter}
+		id := string(s.ID)
+		out[i] = Voter{ID: id, RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter,
+			Unreachable: id != n.opts.ID && n.reach.unreachable(id, now, n.opts.UnreachableAfter)}
 	}
 	return out, err
 }

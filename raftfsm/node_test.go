@@ -71,7 +71,7 @@ func joinNode(t *testing.T, nodes []*Node, o Options) {
 	t.Helper()
 	var err error
 	testkit.WaitFor(t, 30*time.Second, "node "+o.ID+" joined", func() bool {
-		err = testkit.WaitForLeader(t, nodes...).Join(o.ID, o.RaftAddr, o.RespAddr, false)
+		err = testkit.WaitForLeader(t, nodes...).Join(o.ID, o.RaftAddr, o.RespAddr, JoinByOperator)
 		var e *Error
 		if errors.As(err, &e) && e.Code == "TRYAGAIN" {
 			return false
@@ -228,7 +228,7 @@ func TestSnapshotsAndJoinAfterThem(t *testing.T) {
 	o.Remote = memRemote{}
 	o.Join = "127.0.0.1:1"
 	joiner := open(t, o)
-	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr, false); err != nil {
+	if err := leader.Join(o.ID, joiner.opts.RaftAddr, o.RespAddr, JoinByOperator); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitForApplied(t, leader.FSM().Applied(), joiner)
@@ -247,7 +247,7 @@ func TestJoinReplacesStaleMember(t *testing.T) {
 	nodes, opts := cluster(t, 3, nil)
 	leader := testkit.WaitForLeader(t, nodes...)
 	// The same id at a new address replaces the old record.
-	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9", false); err != nil {
+	if err := leader.Join(opts[1].ID, "127.0.0.1:59999", "127.0.0.1:9", JoinByOperator); err != nil {
 		t.Fatal(err)
 	}
 	servers, _ := leader.Servers()
@@ -278,13 +278,13 @@ func TestJoinAgainAsRecordedWritesNothing(t *testing.T) {
 	leader := testkit.WaitForLeader(t, nodes...)
 	m := leader.State().Members[opts[1].ID]
 	before := leader.FSM().Applied()
-	if err := leader.Join(m.ID, m.RaftAddr, m.RespAddr, true); err != nil {
+	if err := leader.Join(m.ID, m.RaftAddr, m.RespAddr, JoinBySelf); err != nil {
 		t.Fatal(err)
 	}
 	if got := leader.FSM().Applied(); got != before {
 		t.Fatalf("a join as recorded moved the log from %d to %d", before, got)
 	}
-	if err := leader.Join(m.ID, m.RaftAddr, "127.0.0.1:9", true); err != nil {
+	if err := leader.Join(m.ID, m.RaftAddr, "127.0.0.1:9", JoinBySelf); err != nil {
 		t.Fatal(err)
 	}
 	if got := leader.State().Members[m.ID].RespAddr; got != "127.0.0.1:9" {
@@ -427,4 +427,79 @@ func TestRelayRetriesAStaleLeaderAndStopsAtHome(t *testing.T) {
 	if refuseRelays.Load() >= 0 {
 		t.Fatal("the refusals were not met")
 	}
+}
+
+// Moving a node: after RL.CLUSTER LEAVE, the node restarted on its old
+// data directory stays out (its own join is refused), while the same id
+// started with no Raft state (the data directory deleted) and --join is
+// re-admitted by its own request, at a new Raft address.
+func TestRemovedNodeRejoinsOnlyAfresh(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := testkit.WaitForLeader(t, nodes...)
+	gone := -1
+	for i, n := range nodes {
+		if n != leader {
+			gone = i
+		}
+	}
+	if err := leader.Leave(opts[gone].ID); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the node to learn it was removed", nodes[gone].Removed)
+	nodes[gone].Shutdown()
+	memNodes.CompareAndDelete(opts[gone].RespAddr, nodes[gone])
+	var live []*Node
+	for i, n := range nodes {
+		if i != gone {
+			live = append(live, n)
+		}
+	}
+	inConfig := func(id string) bool {
+		servers, err := testkit.WaitForLeader(t, live...).Servers()
+		if err != nil {
+			return false
+		}
+		for _, s := range servers {
+			if string(s.ID) == id {
+				return true
+			}
+		}
+		return false
+	}
+
+	// On its old state, with --join: its own request is refused.
+	o := opts[gone]
+	o.Join = testkit.WaitForLeader(t, live...).opts.RespAddr
+	old := open(t, o)
+	if old.fresh.Load() {
+		t.Fatal("a node restarted on its data directory counts as fresh")
+	}
+	testkit.WaitFor(t, 10*time.Second, "the restarted node to know it is removed", old.Removed)
+	old.registerOnce()
+	if err := testkit.WaitForLeader(t, live...).Join(o.ID, o.RaftAddr, o.RespAddr, JoinBySelf); err == nil || !strings.Contains(err.Error(), RemovedText) {
+		t.Fatalf("a removed node's own join with state: %v", err)
+	}
+	if inConfig(o.ID) {
+		t.Fatalf("%s is back in the configuration on its old state", o.ID)
+	}
+	old.Shutdown()
+	memNodes.CompareAndDelete(o.RespAddr, old)
+
+	// Afresh, at a new Raft address: re-admitted by its own request.
+	o.DataDir = t.TempDir()
+	o.RaftAddr = "127.0.0.1:0"
+	moved := open(t, o)
+	testkit.WaitFor(t, 30*time.Second, "the moved node back as a voter", func() bool {
+		if !inConfig(o.ID) || moved.Removed() {
+			return false
+		}
+		l := testkit.WaitForLeader(t, live...)
+		_, removed := l.State().Removed[o.ID]
+		return !removed && l.State().Members[o.ID].RaftAddr == moved.opts.RaftAddr
+	})
+	// Once in a configuration it applied, the node is no longer fresh: a
+	// later removal sticks as for any other node.
+	testkit.WaitFor(t, 30*time.Second, "the moved node to apply a configuration with itself", func() bool {
+		return !moved.fresh.Load() && !moved.Removed()
+	})
 }

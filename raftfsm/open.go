@@ -50,6 +50,12 @@ func (o Options) withDefaults() Options {
 	if o.Voters == 0 {
 		o.Voters = defaultVoters
 	}
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = defaultProbeInterval
+	}
+	if o.UnreachableAfter == 0 {
+		o.UnreachableAfter = defaultUnreachableAfter
+	}
 	if o.VoterGrace == 0 {
 		o.VoterGrace = defaultVoterGrace
 	}
@@ -120,6 +126,7 @@ func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, 
 		closeStores()
 		return false, err
 	}
+	n.fresh.Store(!existing)
 	n.stable = &stableStore{s: n.bolt}
 	if n.raft, err = raft.NewRaft(raftConfig(n.opts, hl, n.notify), n.fsm, n.logs, n.stable, snaps, n.trans); err != nil {
 		closeStores()
@@ -205,7 +212,7 @@ func (n *Node) start() {
 	if err := n.fsm.LoadView(n.viewPath(), after); err != nil {
 		n.log.Warn("saved view not used", "err", err)
 	}
-	n.wg.Add(5)
+	n.wg.Add(6)
 	if n.raft.State() == raft.Leader {
 		// Elected before the observer was registered (loading a large
 		// saved view takes a while): catch up all the same.
@@ -219,6 +226,7 @@ func (n *Node) start() {
 	go n.register()
 	go n.saveViews()
 	go n.autopilot()
+	go n.probe()
 	if n.opts.Discover != nil {
 		n.wg.Add(1)
 		go n.discover()

@@ -47,15 +47,25 @@ var refuseRelays atomic.Int64
 
 // Join asks the node at addr, which relays the request to its leader as
 // a server does.
-func (r memRemote) Join(ctx context.Context, addr string, m Member) error {
+func (r memRemote) Join(ctx context.Context, addr string, m Member, fresh bool) error {
 	n, err := r.node(addr)
 	if err != nil {
 		return err
 	}
-	err = n.Join(m.ID, m.RaftAddr, m.RespAddr, true)
-	if _, leader, ok := n.Leader(); err == ErrNotLeader && ok && leader != addr {
-		return r.Join(ctx, leader, m)
+	by := JoinBySelf
+	if fresh {
+		by = JoinAfresh
 	}
+	err = n.Join(m.ID, m.RaftAddr, m.RespAddr, by)
+	if _, leader, ok := n.Leader(); err == ErrNotLeader && ok && leader != addr {
+		return r.Join(ctx, leader, m, fresh)
+	}
+	return err
+}
+
+// Ping answers for a node registered (running) at addr.
+func (r memRemote) Ping(ctx context.Context, addr string) error {
+	_, err := r.node(addr)
 	return err
 }
 

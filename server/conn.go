@@ -71,6 +71,12 @@ func (c *conn) flush() error {
 	return c.Flush()
 }
 
+// Spill sends the replies written so far (a long EXEC's, commands.Spiller);
+// a write that fails is seen again by the connection's next flush.
+func (c *conn) Spill() { c.flush() }
+
+var _ commands.Spiller = (*conn)(nil)
+
 // fail answers a protocol violation and ends the connection.
 func (c *conn) fail(err error) error {
 	c.WriteError("ERR Protocol error: " + err.Error())
@@ -111,7 +117,11 @@ func (c *conn) grow(size int) bool {
 		return false
 	}
 	c.held = int64(size)
-	c.buf = append(c.buf[:len(c.buf):len(c.buf)], make([]byte, size-len(c.buf))...)
+	// Exactly size bytes: append would round the capacity up (to 2.4
+	// times the old length for a doubling), past what was reserved.
+	buf := make([]byte, size)
+	copy(buf, c.buf)
+	c.buf = buf
 	return true
 }
 

@@ -69,6 +69,7 @@ func TestInternalCommandsOnlyFromNodes(t *testing.T) {
 				{"RL.LEASE", id, "x"},
 				{"RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)},
 				{"RL.CLUSTER", "JOIN", "intruder", "127.0.0.1:1", "127.0.0.1:2", "AUTO"},
+				{"RL.CLUSTER", "JOIN", "intruder", "127.0.0.1:1", "127.0.0.1:2", "AUTO", "FRESH"},
 			} {
 				got := c.Do(args...)
 				if !strings.HasPrefix(got, "-NOPERM '"+strings.ToLower(args[0])+"' is internal: only another node of the cluster") {

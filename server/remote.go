@@ -19,6 +19,9 @@ import (
 // peer credentials.
 type remote struct {
 	join, fwd *respclient.Client
+	// probe PINGs members (raftfsm's reach.go): short timeouts, its
+	// own connections, so that a probe never waits behind a join.
+	probe *respclient.Client
 	// id is this node's id, which its credentials name: known from the
 	// configuration or, with a Raft port the OS picks, once Raft has
 	// bound it (the node's own join request carries it).
@@ -34,6 +37,8 @@ func newRemote(cfg *Config, clientTLS *tls.Config) *remote {
 			Timeout: 10 * time.Second, DialTimeout: 500 * time.Millisecond}
 	}
 	r.join, r.fwd = c("sluice-peer:"+cfg.NodeID), c(raftfsm.ForwardPrefix+cfg.NodeID)
+	r.probe = c("sluice-peer:" + cfg.NodeID)
+	r.probe.Timeout = time.Second
 	return r
 }
 
@@ -61,13 +66,17 @@ func (r *remote) Relay(ctx context.Context, addr string, args [][]byte) ([]byte,
 	return r.fwd.DoContext(ctx, addr, args)
 }
 
-// Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join.
-func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error {
+// Join sends RL.CLUSTER JOIN … AUTO: the node's own request to join
+// (AUTO FRESH from a node that has no Raft state).
+func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member, fresh bool) error {
 	if *r.id.Load() == "" {
 		r.setID(m.ID)
 	}
-	raw, err := r.join.DoContext(ctx, addr, [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"),
-		[]byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")})
+	args := [][]byte{[]byte("RL.CLUSTER"), []byte("JOIN"), []byte(m.ID), []byte(m.RaftAddr), []byte(m.RespAddr), []byte("AUTO")}
+	if fresh {
+		args = append(args, []byte("FRESH"))
+	}
+	raw, err := r.join.DoContext(ctx, addr, args)
 	if err != nil {
 		return err
 	}
@@ -75,6 +84,16 @@ func (r *remote) Join(ctx context.Context, addr string, m raftfsm.Member) error 
 		return err
 	}
 	return nil
+}
+
+// Ping sends PING to addr: any reply, an error reply or a refused
+// login included, is an answer.
+func (r *remote) Ping(ctx context.Context, addr string) error {
+	_, err := r.probe.DoContext(ctx, addr, [][]byte{[]byte("PING")})
+	if he := (*respclient.HandshakeError)(nil); errors.As(err, &he) {
+		return nil
+	}
+	return err
 }
 
 // Status asks the node at addr for RL.CLUSTER INFO (its node_id) and
@@ -113,6 +132,7 @@ func (r *remote) Status(ctx context.Context, addr string) (raftfsm.PeerStatus, e
 }
 
 func (r *remote) Close() {
+	r.probe.Close()
 	r.join.Close()
 	r.fwd.Close()
 }

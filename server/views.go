@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/httpapi"
 )
 
@@ -44,15 +45,10 @@ func (s *Server) clusterStatus() (httpapi.ClusterStatus, error) {
 	}
 	members := cl.State().Members
 	for _, v := range voters {
-		m := httpapi.ClusterMember{ID: v.ID, RespAddr: members[v.ID].RespAddr, RaftAddr: v.RaftAddr, Suffrage: "voter", Role: "follower"}
+		m := httpapi.ClusterMember{ID: v.ID, RespAddr: members[v.ID].RespAddr, RaftAddr: v.RaftAddr, Suffrage: "voter",
+			Role: commands.MemberRole(v, cl.ID(), leaderID, cl.Role())}
 		if !v.Voter {
 			m.Suffrage = "nonvoter"
-		}
-		switch {
-		case v.ID == leaderID:
-			m.Role = "leader"
-		case v.ID == cl.ID():
-			m.Role = cl.Role()
 		}
 		out.Members = append(out.Members, m)
 	}

@@ -128,6 +128,10 @@ func runNode(args []string, getenv func(string) string, stdout, stderr io.Writer
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	// Client buffers count once in resident memory, not twice (memlimit.go).
+	governed := make(chan struct{})
+	defer close(governed)
+	go server.GovernMemory(int64(cfg.MaxClientBuffers), node.Server.ClientBuffers, getenv, governed)
 wait:
 	for {
 		select {
