@@ -56,6 +56,12 @@ type Reserver struct {
 	// Reserved counts reservation entries committed, Failed those that
 	// were not (no leader, the leader unreachable or refusing).
 	Reserved, Failed Counter
+	// Marks, if set, is this node's durable record of what it may have
+	// spent (spend marks): a call is admitted only up to the mark its
+	// counter has on disk, which is extended ahead of the calls, a step
+	// at a time, by a goroutine of its own (RunMarks), so that a restart
+	// can give back what this life held and did not spend (ReturnPrior).
+	Marks *Marks
 
 	caughtUp atomic.Bool
 
@@ -64,6 +70,12 @@ type Reserver struct {
 	wants    map[string]bool
 	failedAt int64 // when a proposal last failed
 	kick     chan chan struct{}
+	markKick chan chan struct{}
+	// prior are the lives before this one whose units are not yet given
+	// back (ReturnPrior); priorDone: one was given back since the marks
+	// file was last rewritten.
+	prior     []Life
+	priorDone bool
 }
 
 // held is what this node holds of one counter in one period.
@@ -78,10 +90,27 @@ type held struct {
 	lastUse    int64
 	uses       uint64 // calls decided against it
 	asking     bool
+	// need is what a call refused here lacked beyond what the node holds
+	// (at needAt): asked for whole, and, while the pool is short of it,
+	// from the others' idle units (they give them back at once).
+	need, needAt int64
+	releaseNow   bool // another node is short of units of this counter
+	// mark is the spend mark on disk: settled + pending never passes it;
+	// markWant is the mark being written.
+	mark, markWant int64
 }
 
 // cap is what the node's pending count may reach.
 func (h *held) cap() int64 { return h.granted - h.settled - h.releasing }
+
+// markStep is how far ahead of its spending a node writes its spend mark
+// (Marks): what a crash may strand of a quota, per counter, beyond the
+// cost of a call being decided at that moment. A 600/day quota: 2 units.
+func markStep(limit int64) int64 { return max(1, limit/300) }
+
+// needFor is how long a refused call's need is asked for: the longest a
+// call waits for a reservation (the service's wait).
+const needFor = int64(time.Second)
 
 // QuotaCap implements engine.QuotaGate.
 func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, cost int64) int64 {
@@ -108,6 +137,10 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 	h.lastUse = now
 	h.uses++
 	c := h.cap()
+	if short := pending + cost - c; short > 0 {
+		// This call does not fit: ask for what it lacks, whole.
+		h.need, h.needAt = max(short, h.need), now
+	}
 	// Ask ahead while chunks are large; near the limit (chunks of a
 	// unit or two) only when a call does not fit, so that no node holds
 	// units it is not using while another needs them.
@@ -116,7 +149,29 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 		r.wants[string(key)] = true
 		r.poke(nil)
 	}
+	if r.Marks != nil {
+		// Spend only up to the mark on disk; write the next one ahead.
+		spent := h.settled + pending
+		step := markStep(h.limit)
+		if want := spent + cost + step; h.mark-spent-cost < step && want > h.markWant {
+			h.markWant = want
+			r.pokeMarks(nil)
+		}
+		c = min(c, h.mark-h.settled)
+	}
 	return c
+}
+
+// pokeMarks wakes the marks writer (done, if not nil, is closed after its
+// next round).
+func (r *Reserver) pokeMarks(done chan struct{}) {
+	select {
+	case r.markKick <- done:
+	default:
+		if done != nil {
+			close(done)
+		}
+	}
 }
 
 // poke wakes the loop (done, if not nil, is closed after its next round).
@@ -131,9 +186,13 @@ func (r *Reserver) poke(done chan struct{}) {
 }
 
 // Reserve runs a round of reservations now and waits up to wait for it:
-// a call refused for want of reserved units tries again after it. It
-// returns false at once while proposals are failing (no quorum).
+// a call refused for want of reserved units tries again after it. While
+// a call here lacks units the pool does not have, it waits on (up to
+// wait) for the other nodes to give back their idle ones and asks again;
+// and it waits for the spend marks being written. It returns false at
+// once while proposals are failing (no quorum).
 func (r *Reserver) Reserve(wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
 	if !r.isCaughtUp() && !r.awaitCatchUp(wait) {
 		return false
 	}
@@ -149,10 +208,56 @@ func (r *Reserver) Reserve(wait time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-done:
-		return true
 	case <-t.C:
 		return false
 	}
+	for {
+		short, marking := r.waiting()
+		if !short && !marking {
+			return true
+		}
+		if marking {
+			done = make(chan struct{})
+			r.pokeMarks(done)
+		} else {
+			done = nil
+		}
+		select {
+		case <-done:
+		case <-time.After(reserveTick / 10):
+		case <-t.C:
+			return !short
+		}
+		if time.Now().After(deadline) {
+			return !short
+		}
+	}
+}
+
+// waiting reports whether a call here lacks units it asked for (short)
+// and whether marks are being written.
+func (r *Reserver) waiting() (short, marking bool) {
+	now := r.Clock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, h := range r.held {
+		short = short || h.need > 0 && now-h.needAt < needFor && r.mayCome(k, h)
+		marking = marking || h.markWant > h.mark
+	}
+	return short, marking
+}
+
+// mayCome reports whether the cluster may yet grant h's need soon: the
+// units free and those other nodes hold (idle, or spent and about to be
+// committed) cover it (r.mu held).
+func (r *Reserver) mayCome(key string, h *held) bool {
+	it, ok := r.Committed(key)
+	if !ok || it.Start != h.start {
+		return true
+	}
+	free := it.Limit - max(it.Used, it.Reserved)
+	others := it.Reserved - it.Used - (h.granted - h.settled)
+	return max(free, 0)+max(others, 0) >= h.need
 }
 
 // isCaughtUp reports whether this replica has caught up with the log
@@ -204,7 +309,7 @@ func OriginNode(origin string) string {
 
 // Init prepares an empty reserver.
 func (r *Reserver) Init() {
-	r.held, r.wants, r.kick = map[string]*held{}, map[string]bool{}, make(chan chan struct{}, 64)
+	r.held, r.wants, r.kick, r.markKick = map[string]*held{}, map[string]bool{}, make(chan chan struct{}, 64), make(chan chan struct{}, 64)
 }
 
 // Run asks for what is wanted and gives back what is idle, until stop.
@@ -242,9 +347,20 @@ func (r *Reserver) round() {
 	now := r.Clock()
 	var items []Item
 	r.mu.Lock()
+	for k, h := range r.held {
+		// A call short of units asks again every round while it waits:
+		// the others give back idle units when they learn of it.
+		if h.need > 0 && now-h.needAt >= needFor {
+			h.need = 0
+		}
+		if h.need > 0 && !h.asking {
+			h.asking = true
+			r.wants[k] = true
+		}
+	}
 	for k := range r.wants {
 		if h := r.held[k]; h != nil {
-			items = append(items, Item{Key: Key(k), Start: h.start, End: h.end, Limit: h.limit, Period: h.period, Used: h.limit})
+			items = append(items, Item{Key: Key(k), Start: h.start, End: h.end, Limit: h.limit, Period: h.period, Used: h.limit, Need: h.need})
 		}
 	}
 	clear(r.wants)
@@ -257,6 +373,7 @@ func (r *Reserver) round() {
 		key   string
 		start int64
 		uses  uint64
+		now   bool // asked for by a node short of units
 	}
 	var idles []idle
 	r.mu.Lock()
@@ -264,8 +381,13 @@ func (r *Reserver) round() {
 		switch {
 		case h.end <= now:
 			delete(r.held, k)
-		case !h.asking && (now-h.lastUse >= releaseAfter || now-h.lastUse >= releaseSoon && r.exhausted(k, h)):
-			idles = append(idles, idle{k, h.start, h.uses})
+		case h.releaseNow && h.need == 0:
+			// Another node is short of this counter's units: what is
+			// unused here goes back now.
+			h.releaseNow = false
+			idles = append(idles, idle{k, h.start, h.uses, true})
+		case !h.asking && h.need == 0 && (now-h.lastUse >= releaseAfter || now-h.lastUse >= releaseSoon && r.exhausted(k, h)):
+			idles = append(idles, idle{k, h.start, h.uses, false})
 		}
 	}
 	r.mu.Unlock()
@@ -273,11 +395,17 @@ func (r *Reserver) round() {
 		pending := r.Store.QuotaCount([]byte(c.key), c.start)
 		r.mu.Lock()
 		h := r.held[c.key]
-		if h != nil && h.start == c.start && h.uses == c.uses && !h.asking {
+		if h != nil && h.start == c.start && h.uses != c.uses && c.now {
+			h.releaseNow = true // used meanwhile: next round
+		}
+		if h != nil && h.start == c.start && h.uses == c.uses {
 			if unused := h.cap() - pending; unused > 0 {
 				h.releasing += unused
 				items = append(items, Item{Key: Key(c.key), Start: h.start, End: h.end, Limit: h.limit, Period: h.period, Used: -unused})
-			} else if h.granted == h.settled && h.releasing == 0 && pending == 0 {
+			} else if h.granted == 0 && h.releasing == 0 && pending == 0 && !h.asking {
+				// Forgotten only once nothing was granted this period:
+				// what this life was granted, spent or not, is counted
+				// from the first grant (the spend marks measure it so).
 				delete(r.held, c.key)
 			}
 		}
@@ -317,13 +445,31 @@ func (r *Reserver) exhausted(key string, h *held) bool {
 }
 
 // Granted records the outcome of a reservation this replica applied: for
-// this node's own entries, units granted (or, negative, given back).
+// this node's own entries, units granted (or, negative, given back); for
+// another node's, whether it is short of units this node holds idle (it
+// asked for a call's need and got less), or gave units back that a call
+// here is short of.
 func (r *Reserver) Granted(origin string, items []Item, grants []int64) {
-	if origin != r.Self {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if origin != r.Self {
+		for i, it := range items {
+			h := r.held[string(it.Key)]
+			if h == nil || h.start != it.Start {
+				continue
+			}
+			switch {
+			case it.Used > 0 && it.Need > grants[i] && h.need == 0:
+				h.releaseNow = true
+				r.poke(nil)
+			case it.Used < 0 && h.need > 0 && !h.asking:
+				h.asking = true
+				r.wants[string(it.Key)] = true
+				r.poke(nil)
+			}
+		}
+		return
+	}
 	for i, it := range items {
 		h := r.held[string(it.Key)]
 		if h == nil || h.start != it.Start {
@@ -333,6 +479,7 @@ func (r *Reserver) Granted(origin string, items []Item, grants []int64) {
 		h.granted += g
 		if it.Used > 0 {
 			h.asking, h.lastGrant = false, g
+			h.need = max(h.need-g, 0)
 		} else {
 			h.releasing += it.Used
 		}
@@ -358,5 +505,149 @@ func (r *Reserver) Forget(keys []Key) {
 	defer r.mu.Unlock()
 	for _, k := range keys {
 		delete(r.held, string(k))
+	}
+}
+
+// RunMarks writes the spend marks calls want (QuotaCap asks a step ahead)
+// and syncs them, one batch at a time, until stop; it also rewrites the
+// file once it has grown, or once a previous life's units are back.
+func (r *Reserver) RunMarks(stop <-chan struct{}) {
+	defer r.Marks.Close()
+	for {
+		var done chan struct{}
+		select {
+		case <-stop:
+			return
+		case done = <-r.markKick:
+		}
+		r.writeMarks()
+		if done != nil {
+			close(done)
+		}
+		for more := true; more; {
+			select {
+			case d := <-r.markKick:
+				if d != nil {
+					close(d)
+				}
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// writeMarks writes every mark wanted, then lets calls spend up to them.
+func (r *Reserver) writeMarks() {
+	type want struct {
+		h    *held
+		mark int64
+	}
+	var items []Item
+	var wants []want
+	r.mu.Lock()
+	for k, h := range r.held {
+		if h.markWant > h.mark {
+			items = append(items, Item{Key: Key(k), Start: h.start, End: h.end, Used: h.markWant})
+			wants = append(wants, want{h, h.markWant})
+		}
+	}
+	rewrite := r.priorDone
+	r.priorDone = false
+	r.mu.Unlock()
+	if len(items) > 0 {
+		err := r.Marks.Write(r.Self, items)
+		r.mu.Lock()
+		for _, w := range wants {
+			if err == nil {
+				w.h.mark = max(w.h.mark, w.mark)
+			} else {
+				// Calls wanting it are refused; the next one tries again.
+				w.h.markWant = w.h.mark
+			}
+		}
+		r.mu.Unlock()
+		if err != nil {
+			r.Log.Warn("quota spend marks not written: calls past the last mark are refused", "err", err)
+			return
+		}
+	}
+	if rewrite || r.Marks.Crowded() {
+		r.rewriteMarks()
+	}
+}
+
+// rewriteMarks rewrites the marks file with the previous lives not yet
+// given back and this life's marks of the counters it holds.
+func (r *Reserver) rewriteMarks() {
+	r.mu.Lock()
+	lives := append([]Life(nil), r.prior...)
+	cur := Life{Origin: r.Self}
+	for k, h := range r.held {
+		if h.mark > 0 {
+			cur.Marks = append(cur.Marks, Item{Key: Key(k), Start: h.start, End: h.end, Used: h.mark})
+		}
+	}
+	r.mu.Unlock()
+	if err := r.Marks.Rewrite(append(lives, cur)); err != nil {
+		r.Log.Warn("quota spend marks file not rewritten", "err", err)
+	}
+}
+
+// SetPrior records the lives before this one that the marks file holds
+// (OpenMarks), to give their units back (ReturnPrior).
+func (r *Reserver) SetPrior(lives []Life) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range lives {
+		if l.Origin != r.Self {
+			r.prior = append(r.prior, l)
+		}
+	}
+}
+
+// returnChunk is how many counters one QuotaReturn entry names.
+const returnChunk = 1000
+
+// ReturnPrior gives back to the cluster, through ret (a QuotaReturn entry
+// of a previous life: its marks, and with all its grants elsewhere), the
+// units each previous life held and cannot have spent, retrying until
+// each is committed or stop. The entries of one life go in order, each
+// committed before the next (the last one, with all, must follow the
+// marks).
+func (r *Reserver) ReturnPrior(ret func(origin string, marks []Item, all bool) (int, error), stop <-chan struct{}) {
+	r.mu.Lock()
+	lives := append([]Life(nil), r.prior...)
+	r.mu.Unlock()
+	for _, l := range lives {
+		back := 0
+		for i := 0; i == 0 || i < len(l.Marks); i += returnChunk {
+			chunk := l.Marks[i:min(i+returnChunk, len(l.Marks))]
+			all := i+returnChunk >= len(l.Marks)
+			for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+				n, err := ret(l.Origin, chunk, all)
+				if err == nil {
+					back += n
+					break
+				}
+				r.Log.Debug("quota units of a previous life not yet given back; will retry", "life", l.Origin, "err", err)
+				select {
+				case <-stop:
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
+		r.Log.Info("gave back the quota units a previous life of this node held and did not spend", "life", l.Origin, "units", back)
+		r.mu.Lock()
+		for j, p := range r.prior {
+			if p.Origin == l.Origin {
+				r.prior = append(r.prior[:j], r.prior[j+1:]...)
+				break
+			}
+		}
+		r.priorDone = true
+		r.mu.Unlock()
+		r.pokeMarks(nil)
 	}
 }

@@ -421,3 +421,44 @@ func TestScanNamesRequestsAsLimitedByDoes(t *testing.T) {
 		{cmd("DBSIZE"), "2"},
 	})
 }
+
+// A call larger than any node's share gets the units it lacks from the
+// pool and from the other nodes' idle grants: with 2,000 of 3,000 spent
+// over three nodes (each holding some of the rest), a reserve of 1,000 on
+// any node is admitted at once, then nothing more is.
+func TestLargeQuotaCallGetsTheOthersUnits(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leaderOf(t, nodes...)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
+	}
+	for x := range nodes {
+		key := fmt.Sprintf("big%d", x)
+		q := []string{"QUOTA", "3000", "PER", "month"}
+		spent := 0
+		// Calls of 100 in turn on each node (retried as a client would
+		// when a reservation is slow to commit) until 2,000 are spent.
+		for i := 0; spent < 2000; i++ {
+			c := conns[i%3]
+			testkit.WaitFor(t, 30*time.Second, "a call of 100 to be admitted", func() bool {
+				return strings.HasPrefix(c.Do(append([]string{"RL.ACQUIRE", key, "COST", "100"}, q...)...), "[1 ")
+			})
+			spent += 100
+		}
+		it, _ := nodes[x].Raft.FSM().Quota("i|" + key)
+		t.Logf("%s: 2000 admitted; committed used %d, reserved %d, grants %v", key, it.Used, it.Reserved, it.Grants)
+		got := conns[x].Do(append([]string{"RL.RESERVE", key, "COST", "1000"}, q...)...)
+		if !strings.HasPrefix(got, "[1 ") {
+			t.Fatalf("%s: a reserve of 1000 with 1000 of 3000 left on node %d: %s", key, x, got)
+		}
+		for _, n := range nodes {
+			committedQuota(t, n, "i|"+key, 3000)
+		}
+		for i, c := range conns {
+			if got := c.Do(append([]string{"RL.ACQUIRE", key}, q...)...); !strings.HasPrefix(got, "[0 0 3000 ") || !strings.HasSuffix(got, `"quota:`+key+`"]`) {
+				t.Fatalf("%s: node %d after 3000 of 3000: %s", key, i, got)
+			}
+		}
+	}
+}
