@@ -94,7 +94,10 @@ type held struct {
 	// (at needAt): asked for whole, and, while the pool is short of it,
 	// from the others' idle units (they give them back at once).
 	need, needAt int64
-	releaseNow   bool // another node is short of units of this counter
+	// progressAt is when the need last moved: set, or units came (granted
+	// here, or given back by another node).
+	progressAt int64
+	releaseNow bool // another node is short of units of this counter
 	// mark is the spend mark on disk: settled + pending never passes it;
 	// markWant is the mark being written.
 	mark, markWant int64
@@ -109,8 +112,13 @@ func (h *held) cap() int64 { return h.granted - h.settled - h.releasing }
 func markStep(limit int64) int64 { return max(1, limit/300) }
 
 // needFor is how long a refused call's need is asked for: the longest a
-// call waits for a reservation (the service's wait).
-const needFor = int64(time.Second)
+// call waits for a reservation (the service's wait); a call waits for
+// units while some came within the last needPatience (the others give
+// back idle units within a commit or two of learning of the need).
+const (
+	needFor      = int64(time.Second)
+	needPatience = int64(4 * reserveTick)
+)
 
 // QuotaCap implements engine.QuotaGate.
 func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, cost int64) int64 {
@@ -139,6 +147,9 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 	c := h.cap()
 	if short := pending + cost - c; short > 0 {
 		// This call does not fit: ask for what it lacks, whole.
+		if h.need == 0 {
+			h.progressAt = now
+		}
 		h.need, h.needAt = max(short, h.need), now
 	}
 	// Ask ahead while chunks are large; near the limit (chunks of a
@@ -199,13 +210,25 @@ func (r *Reserver) Reserve(wait time.Duration) bool {
 	r.mu.Lock()
 	failing := r.failedAt != 0 && r.Clock()-r.failedAt < failedBackoff
 	r.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	if failing {
-		return false
+		// No reservation can commit now; what is held may still be
+		// spent, once its mark is on disk.
+		if _, marking := r.waiting(); !marking {
+			return false
+		}
+		done := make(chan struct{})
+		r.pokeMarks(done)
+		select {
+		case <-done:
+			return true
+		case <-t.C:
+			return false
+		}
 	}
 	done := make(chan struct{})
 	r.poke(done)
-	t := time.NewTimer(wait)
-	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
@@ -241,7 +264,7 @@ func (r *Reserver) waiting() (short, marking bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, h := range r.held {
-		short = short || h.need > 0 && now-h.needAt < needFor && r.mayCome(k, h)
+		short = short || h.need > 0 && now-h.needAt < needFor && now-h.progressAt < needPatience && r.mayCome(k, h)
 		marking = marking || h.markWant > h.mark
 	}
 	return short, marking
@@ -462,10 +485,13 @@ func (r *Reserver) Granted(origin string, items []Item, grants []int64) {
 			case it.Used > 0 && it.Need > grants[i] && h.need == 0:
 				h.releaseNow = true
 				r.poke(nil)
-			case it.Used < 0 && h.need > 0 && !h.asking:
-				h.asking = true
-				r.wants[string(it.Key)] = true
-				r.poke(nil)
+			case it.Used < 0 && h.need > 0:
+				h.progressAt = r.Clock()
+				if !h.asking {
+					h.asking = true
+					r.wants[string(it.Key)] = true
+					r.poke(nil)
+				}
 			}
 		}
 		return
@@ -479,7 +505,9 @@ func (r *Reserver) Granted(origin string, items []Item, grants []int64) {
 		h.granted += g
 		if it.Used > 0 {
 			h.asking, h.lastGrant = false, g
-			h.need = max(h.need-g, 0)
+			if g > 0 && h.need > 0 {
+				h.need, h.progressAt = max(h.need-g, 0), r.Clock()
+			}
 		} else {
 			h.releasing += it.Used
 		}

@@ -3,6 +3,8 @@ package quota
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -149,5 +151,76 @@ func TestRestartedNodeTakesNoGrantsOfItsPreviousLife(t *testing.T) {
 	}
 	if admitted != 5 {
 		t.Fatalf("admitted %d from a grant of 5", admitted)
+	}
+}
+
+// With spend marks, a node admits only up to the mark on disk, which the
+// marks writer keeps a step ahead of its spending; the file tells the
+// next life what each life may have spent (a torn last line is no mark),
+// and a rewrite keeps only the lives and marks that still matter.
+func TestSpendMarksBoundWhatACrashStrands(t *testing.T) {
+	now := t0
+	dir := t.TempDir()
+	st := engine.New(engine.Options{Shards: 2})
+	marks, lives, err := OpenMarks(dir)
+	if err != nil || len(lives) != 0 {
+		t.Fatalf("a new file: %v %v", lives, err)
+	}
+	self := "n1@a"
+	if err := marks.Begin(self); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reserver{Self: self, Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}, Marks: marks}
+	r.Propose = func(items []Item) error { return nil }
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 600}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	start, end := spec.Period.Bounds(now)
+	call := func() bool { return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed }
+	if call() {
+		t.Fatal("admitted with nothing granted")
+	}
+	r.Granted(self, []Item{{Key: "i|k", Start: start, End: end, Limit: 600, Used: 600}}, []int64{100})
+	// Granted, but no mark on disk yet: refused until the writer runs.
+	if call() {
+		t.Fatal("admitted past the mark on disk")
+	}
+	admitted := 0
+	for i := 0; i < 50; i++ {
+		r.writeMarks()
+		if call() {
+			admitted++
+		}
+	}
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 50 with the writer keeping up", admitted)
+	}
+	// The file bounds what was spent within a step (2 of 600).
+	marks.Close()
+	if f, err := os.OpenFile(filepath.Join(dir, MarksFile), os.O_APPEND|os.O_WRONLY, 0); err == nil {
+		f.WriteString(`{"o":"n1@a","m":{"k":"aXxr","s":0,"e":1,"n":9`) // torn
+		f.Close()
+	}
+	marks, lives, err = OpenMarks(dir)
+	if err != nil || len(lives) != 1 || lives[0].Origin != self || len(lives[0].Marks) != 1 {
+		t.Fatalf("lives %+v, %v", lives, err)
+	}
+	if m := lives[0].Marks[0]; m.Key != "i|k" || m.Start != start || m.Used < 50 || m.Used > 50+markStep(600) {
+		t.Fatalf("50 admitted, mark %+v", m)
+	}
+	// A later life rewrites the file: the old life once given back is gone.
+	if err := marks.Rewrite([]Life{{Origin: "n1@b", Marks: []Item{{Key: "i|j", Start: start, End: end, Used: 3}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := marks.Write("n1@b", []Item{{Key: "i|j", Start: start, End: end, Used: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	marks.Close()
+	_, lives, err = OpenMarks(dir)
+	if err != nil || len(lives) != 1 || lives[0].Origin != "n1@b" || lives[0].Marks[0].Used != 5 {
+		t.Fatalf("after a rewrite: %+v %v", lives, err)
 	}
 }
