@@ -465,7 +465,8 @@ func TestLargeQuotaCallGetsTheOthersUnits(t *testing.T) {
 
 // Units a node held when it stopped come back when it starts again: it
 // gives back what its previous life held past the spend mark it had
-// written (a step, 2 units of 600, ahead of its spending). QUOTA 600 a
+// written (a step, 1 unit of 600, ahead of its spending; the promise is
+// at most 2). QUOTA 600 a
 // day, about 200 spent over three nodes, then every node in turn stopped
 // (its uncommitted counts and its grants lost with it) and started again
 // on its data while the others call: in the end at least 594 are
