@@ -71,6 +71,10 @@ type Reserver struct {
 	failedAt int64 // when a proposal last failed
 	kick     chan chan struct{}
 	markKick chan chan struct{}
+	// due holds the counters whose mark is being written; short those
+	// with a call short of units (so that neither the writer nor a
+	// waiting call looks through every counter).
+	due, short map[*held]struct{}
 	// prior are the lives before this one whose units are not yet given
 	// back (ReturnPrior); priorDone: one was given back since the marks
 	// file was last rewritten.
@@ -80,6 +84,7 @@ type Reserver struct {
 
 // held is what this node holds of one counter in one period.
 type held struct {
+	key        string
 	start, end int64
 	limit      int64
 	period     string
@@ -142,8 +147,9 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 			return -1
 		}
 		txt, _ := p.MarshalText()
-		h = &held{start: start, end: end, limit: lim.Burst, period: string(txt)}
-		r.held[string(key)] = h
+		r.drop(h)
+		h = &held{key: string(key), start: start, end: end, limit: lim.Burst, period: string(txt)}
+		r.held[h.key] = h
 	}
 	h.lastUse = now
 	h.uses++
@@ -152,6 +158,7 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 		// This call does not fit: ask for what it lacks, whole.
 		if h.need == 0 {
 			h.progressAt = now
+			r.short[h] = struct{}{}
 		}
 		h.need, h.needAt = max(short, h.need), now
 	}
@@ -169,6 +176,7 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 		step := markStep(h.limit)
 		if want := spent + cost + step; h.mark-spent-cost < max(1, step/2) && want > h.markWant {
 			h.markWant = want
+			r.due[h] = struct{}{}
 			r.pokeMarks(nil)
 		}
 		c = min(c, h.mark-h.settled)
@@ -266,11 +274,19 @@ func (r *Reserver) waiting() (short, marking bool) {
 	now := r.Clock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, h := range r.held {
-		short = short || h.need > 0 && now-h.needAt < needFor && now-h.progressAt < needPatience && r.mayCome(k, h)
-		marking = marking || h.markWant > h.mark
+	for h := range r.short {
+		short = short || h.need > 0 && now-h.needAt < needFor && now-h.progressAt < needPatience && r.mayCome(h.key, h)
 	}
-	return short, marking
+	return short, len(r.due) > 0
+}
+
+// drop forgets h's place in the sets of counters due a mark or short of
+// units (r.mu held).
+func (r *Reserver) drop(h *held) {
+	if h != nil {
+		delete(r.due, h)
+		delete(r.short, h)
+	}
 }
 
 // mayCome reports whether the cluster may yet grant h's need soon: the
@@ -336,6 +352,7 @@ func OriginNode(origin string) string {
 // Init prepares an empty reserver.
 func (r *Reserver) Init() {
 	r.held, r.wants, r.kick, r.markKick = map[string]*held{}, map[string]bool{}, make(chan chan struct{}, 64), make(chan chan struct{}, 64)
+	r.due, r.short = map[*held]struct{}{}, map[*held]struct{}{}
 }
 
 // Run asks for what is wanted and gives back what is idle, until stop.
@@ -373,15 +390,18 @@ func (r *Reserver) round() {
 	now := r.Clock()
 	var items []Item
 	r.mu.Lock()
-	for k, h := range r.held {
+	for h := range r.short {
 		// A call short of units asks again every round while it waits:
 		// the others give back idle units when they learn of it.
 		if h.need > 0 && now-h.needAt >= needFor {
 			h.need = 0
 		}
-		if h.need > 0 && !h.asking {
+		switch {
+		case h.need == 0:
+			delete(r.short, h)
+		case !h.asking && r.held[h.key] == h:
 			h.asking = true
-			r.wants[k] = true
+			r.wants[h.key] = true
 		}
 	}
 	for k := range r.wants {
@@ -406,6 +426,7 @@ func (r *Reserver) round() {
 	for k, h := range r.held {
 		switch {
 		case h.end <= now:
+			r.drop(h)
 			delete(r.held, k)
 		case h.releaseNow && h.need == 0:
 			// Another node is short of this counter's units: what is
@@ -432,6 +453,7 @@ func (r *Reserver) round() {
 				// Forgotten only once nothing was granted this period:
 				// what this life was granted, spent or not, is counted
 				// from the first grant (the spend marks measure it so).
+				r.drop(h)
 				delete(r.held, c.key)
 			}
 		}
@@ -535,6 +557,7 @@ func (r *Reserver) Forget(keys []Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, k := range keys {
+		r.drop(r.held[string(k)])
 		delete(r.held, string(k))
 	}
 }
@@ -577,11 +600,12 @@ func (r *Reserver) writeMarks() {
 	var items []Item
 	var wants []want
 	r.mu.Lock()
-	for k, h := range r.held {
+	for h := range r.due {
 		if h.markWant > h.mark {
-			items = append(items, Item{Key: Key(k), Start: h.start, End: h.end, Used: h.markWant})
+			items = append(items, Item{Key: Key(h.key), Start: h.start, End: h.end, Used: h.markWant})
 			wants = append(wants, want{h, h.markWant})
 		}
+		delete(r.due, h)
 	}
 	rewrite := r.priorDone
 	r.priorDone = false
