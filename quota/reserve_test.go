@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -222,5 +223,54 @@ func TestSpendMarksBoundWhatACrashStrands(t *testing.T) {
 	_, lives, err = OpenMarks(dir)
 	if err != nil || len(lives) != 1 || lives[0].Origin != "n1@b" || lives[0].Marks[0].Used != 5 {
 		t.Fatalf("after a rewrite: %+v %v", lives, err)
+	}
+}
+
+// The decision of a quota call on a node of a cluster: within a grant
+// that never runs out, without and with spend marks (the marks writer
+// running, as on a node). A mark is due every half step (300 calls of a
+// quota of a billion, limit/600/2 = 833333): the call only notes it.
+func BenchmarkReservedQuotaAcquire(b *testing.B) {
+	for _, withMarks := range []bool{false, true} {
+		b.Run(fmt.Sprintf("marks=%v", withMarks), func(b *testing.B) {
+			now := t0
+			st := engine.New(engine.Options{Shards: 2})
+			r := &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
+				Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}}
+			r.Propose = func(items []Item) error { return nil }
+			r.Init()
+			stop := make(chan struct{})
+			defer close(stop)
+			if withMarks {
+				m, _, err := OpenMarks(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Marks = m
+				go r.RunMarks(stop)
+			}
+			st.SetQuotaGate(r)
+			spec := Spec{N: 1e9}
+			spec.Period, _ = ParsePeriod("year", "")
+			lim, _ := spec.Limit()
+			start, end := spec.Period.Bounds(now)
+			key := []byte("i|k")
+			st.Acquire(now, spec.Request(&lim, key, now, 1), 0, false)
+			r.Granted("n1@a", []Item{{Key: "i|k", Start: start, End: end, Limit: 1e9, Used: 1e9}}, []int64{1e9})
+			r.Reserve(time.Second)
+			req := spec.Request(&lim, key, now, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			refused := 0
+			for i := 0; i < b.N; i++ {
+				if !st.Acquire(now, req, 0, false).Allowed {
+					refused++
+				}
+			}
+			b.StopTimer()
+			if refused > b.N/100 {
+				b.Fatalf("%d of %d refused", refused, b.N)
+			}
+		})
 	}
 }
