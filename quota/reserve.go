@@ -80,6 +80,9 @@ type Reserver struct {
 	// file was last rewritten.
 	prior     []Life
 	priorDone bool
+	// closing: the node is stopping and has given back what it held
+	// (GiveBack); nothing more is admitted against a quota.
+	closing bool
 }
 
 // held is what this node holds of one counter in one period.
@@ -140,6 +143,9 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 	now := r.Clock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closing {
+		return 0
+	}
 	h := r.held[string(key)]
 	if h == nil || h.start != start {
 		p, ok := PeriodOfCode(lim.Window)
@@ -220,7 +226,11 @@ func (r *Reserver) Reserve(wait time.Duration) bool {
 	}
 	r.mu.Lock()
 	failing := r.failedAt != 0 && r.Clock()-r.failedAt < failedBackoff
+	closing := r.closing
 	r.mu.Unlock()
+	if closing {
+		return false
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	if failing {
@@ -705,4 +715,54 @@ func (r *Reserver) ReturnPrior(ret func(origin string, marks []Item, all bool) (
 		r.mu.Unlock()
 		r.pokeMarks(nil)
 	}
+}
+
+// GiveBack is for a node that stops: from now on nothing is admitted
+// against a quota, and every unit held unused goes back to the pool in one
+// reservation entry, waited for up to wait (a node that cannot commit it
+// leaves it to its next life, which gives back what it held past its
+// marks). It returns the units offered back.
+func (r *Reserver) GiveBack(wait time.Duration) int64 {
+	type counter struct {
+		key   string
+		start int64
+	}
+	r.mu.Lock()
+	r.closing = true
+	var cs []counter
+	for k, h := range r.held {
+		if h.cap() > 0 {
+			cs = append(cs, counter{k, h.start})
+		}
+	}
+	r.mu.Unlock()
+	// No call is admitted any more (QuotaCap answers 0 under the lock a
+	// call holds while it counts), so the pending counts read now stay.
+	var items []Item
+	var back int64
+	for _, c := range cs {
+		pending := r.Store.QuotaCount([]byte(c.key), c.start)
+		r.mu.Lock()
+		if h := r.held[c.key]; h != nil && h.start == c.start {
+			if unused := h.cap() - pending; unused > 0 {
+				h.releasing += unused
+				back += unused
+				items = append(items, Item{Key: Key(c.key), Start: h.start, End: h.end, Limit: h.limit, Period: h.period, Used: -unused})
+			}
+		}
+		r.mu.Unlock()
+	}
+	if len(items) == 0 {
+		return 0
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Propose(items) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			r.Log.Debug("quota units not given back at stop; the next start gives them back", "err", err)
+		}
+	case <-time.After(wait):
+	}
+	return back
 }

@@ -274,3 +274,34 @@ func BenchmarkReservedQuotaAcquire(b *testing.B) {
 		})
 	}
 }
+
+// A node that stops gives back what it holds unused, in one entry, and
+// admits nothing against a quota afterwards.
+func TestStoppingNodeGivesBackWhatItHolds(t *testing.T) {
+	now := t0
+	st := engine.New(engine.Options{Shards: 2})
+	var proposed []Item
+	r := &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}}
+	r.Propose = func(items []Item) error { proposed = append(proposed, items...); return nil }
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 600}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	start, end := spec.Period.Bounds(now)
+	call := func() bool { return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed }
+	call()
+	r.Granted("n1@a", []Item{{Key: "i|k", Start: start, End: end, Limit: 600, Used: 600}}, []int64{10})
+	for i := 0; i < 3; i++ {
+		if !call() {
+			t.Fatalf("call %d refused within a grant of 10", i)
+		}
+	}
+	if back := r.GiveBack(time.Second); back != 7 || len(proposed) != 1 || proposed[0].Used != -7 {
+		t.Fatalf("gave back %d: %+v", back, proposed)
+	}
+	if call() || r.Reserve(time.Second) {
+		t.Fatal("a stopping node admitted or reserved")
+	}
+}

@@ -60,6 +60,7 @@ func (n *Node) startQuotaSync(cfg *Config) {
 		}
 	}
 	q.Reserver = r
+	n.reserver = r
 	svc.Store.SetQuotaGate(r)
 	svc.Reserve = r.Reserve
 	go r.Run(n.stop)

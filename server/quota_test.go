@@ -466,11 +466,11 @@ func TestLargeQuotaCallGetsTheOthersUnits(t *testing.T) {
 // Units a node held when it stopped come back when it starts again: it
 // gives back what its previous life held past the spend mark it had
 // written (a step, 1 unit of 600, ahead of its spending; the promise is
-// at most 2). QUOTA 600 a
-// day, about 200 spent over three nodes, then every node in turn stopped
-// (its uncommitted counts and its grants lost with it) and started again
-// on its data while the others call: in the end at least 594 are
-// admitted, never more than 600.
+// at most 2). QUOTA 600 a day, about 200 spent over three nodes, then
+// every node in turn stopped (the first two as a crash would, keeping
+// their units and losing their uncommitted counts; the last one giving
+// its units back as it stops) and started again on its data: in the end
+// at least 594 are admitted, never more than 600.
 func TestQuotaUnitsComeBackAfterRestarts(t *testing.T) {
 	const quota = 600
 	var confs []func(*Config)
@@ -508,6 +508,7 @@ func TestQuotaUnitsComeBackAfterRestarts(t *testing.T) {
 	for i := range nodes {
 		// Every node holds units: the one stopped loses its grant.
 		spread(admitted + 30)
+		nodes[i].keepUnits = i < 2 // as a crash would; the last one stops as SIGTERM does
 		nodes[i].Close()
 		nodes[i] = nil
 		nodes[i] = startTestNode(t, testNode{Config: confs[i]})
