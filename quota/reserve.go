@@ -75,6 +75,12 @@ type Reserver struct {
 	// with a call short of units (so that neither the writer nor a
 	// waiting call looks through every counter).
 	due, short map[*held]struct{}
+	// spent keeps, of a counter forgotten once all that this life was
+	// granted of it was spent and committed, that amount: a counter held
+	// again this period counts its grants and marks on from there, as the
+	// state machine and the marks file do (a few dozen bytes a counter
+	// rather than a held, and no place in the rounds' scans).
+	spent map[string]spentRec
 	// prior are the lives before this one whose units are not yet given
 	// back (ReturnPrior); priorDone: one was given back since the marks
 	// file was last rewritten.
@@ -110,6 +116,10 @@ type held struct {
 	// markWant is the mark being written.
 	mark, markWant int64
 }
+
+// spentRec is a forgotten counter's period and what this life spent of
+// it, all of it committed.
+type spentRec struct{ start, end, base int64 }
 
 // cap is what the node's pending count may reach.
 func (h *held) cap() int64 { return h.granted - h.settled - h.releasing }
@@ -155,6 +165,12 @@ func (r *Reserver) QuotaCap(key []byte, lim *engine.Limit, start, end, pending, 
 		txt, _ := p.MarshalText()
 		r.drop(h)
 		h = &held{key: string(key), start: start, end: end, limit: lim.Burst, period: string(txt)}
+		if sp, ok := r.spent[h.key]; ok {
+			delete(r.spent, h.key)
+			if sp.start == start {
+				h.granted, h.settled, h.mark, h.markWant = sp.base, sp.base, sp.base, sp.base
+			}
+		}
 		r.held[h.key] = h
 	}
 	h.lastUse = now
@@ -362,7 +378,7 @@ func OriginNode(origin string) string {
 // Init prepares an empty reserver.
 func (r *Reserver) Init() {
 	r.held, r.wants, r.kick, r.markKick = map[string]*held{}, map[string]bool{}, make(chan chan struct{}, 64), make(chan chan struct{}, 64)
-	r.due, r.short = map[*held]struct{}{}, map[*held]struct{}{}
+	r.due, r.short, r.spent = map[*held]struct{}{}, map[*held]struct{}{}, map[string]spentRec{}
 }
 
 // Run asks for what is wanted and gives back what is idle, until stop.
@@ -459,10 +475,13 @@ func (r *Reserver) round() {
 			if unused := h.cap() - pending; unused > 0 {
 				h.releasing += unused
 				items = append(items, Item{Key: Key(c.key), Start: h.start, End: h.end, Limit: h.limit, Period: h.period, Used: -unused})
-			} else if h.granted == 0 && h.releasing == 0 && pending == 0 && !h.asking {
-				// Forgotten only once nothing was granted this period:
-				// what this life was granted, spent or not, is counted
-				// from the first grant (the spend marks measure it so).
+			} else if h.granted == h.settled && h.releasing == 0 && pending == 0 && !h.asking {
+				// All spent and committed: forgotten, but for what was
+				// spent, from which the state machine's record of this
+				// life's grants and the marks go on if it is held again.
+				if h.granted != 0 {
+					r.spent[c.key] = spentRec{h.start, h.end, h.granted}
+				}
 				r.drop(h)
 				delete(r.held, c.key)
 			}
@@ -569,6 +588,7 @@ func (r *Reserver) Forget(keys []Key) {
 	for _, k := range keys {
 		r.drop(r.held[string(k)])
 		delete(r.held, string(k))
+		delete(r.spent, string(k))
 	}
 }
 
@@ -651,6 +671,14 @@ func (r *Reserver) rewriteMarks() {
 	for k, h := range r.held {
 		if h.mark > 0 {
 			cur.Marks = append(cur.Marks, Item{Key: Key(k), Start: h.start, End: h.end, Used: h.mark})
+		}
+	}
+	now := r.Clock()
+	for k, sp := range r.spent {
+		if sp.end <= now {
+			delete(r.spent, k)
+		} else if h := r.held[k]; h == nil || h.start != sp.start {
+			cur.Marks = append(cur.Marks, Item{Key: Key(k), Start: sp.start, End: sp.end, Used: sp.base})
 		}
 	}
 	r.mu.Unlock()

@@ -305,3 +305,62 @@ func TestStoppingNodeGivesBackWhatItHolds(t *testing.T) {
 		t.Fatal("a stopping node admitted or reserved")
 	}
 }
+
+// A counter whose grant was all spent and committed is forgotten, but for
+// what was spent: held again in the period, its grants and marks go on
+// from there, as the state machine's record of the life's grants does,
+// and a rewrite of the marks file keeps that mark.
+func TestForgottenCounterKeepsItsSpentFrame(t *testing.T) {
+	now := t0
+	dir := t.TempDir()
+	st := engine.New(engine.Options{Shards: 2})
+	marks, _, _ := OpenMarks(dir)
+	r := &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}, Marks: marks}
+	r.Propose = func(items []Item) error { // wants find nothing left
+		r.Granted("n1@a", items, make([]int64, len(items)))
+		return nil
+	}
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 600}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	start, end := spec.Period.Bounds(now)
+	call := func() bool {
+		r.writeMarks()
+		return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed
+	}
+	grant := func(n int64) {
+		r.Granted("n1@a", []Item{{Key: "i|k", Start: start, End: end, Limit: 600, Used: 600}}, []int64{n})
+	}
+	call()
+	grant(4)
+	for i := 0; i < 4; i++ {
+		if !call() {
+			t.Fatalf("call %d refused", i)
+		}
+	}
+	r.Settled([]byte("i|k"), start, 4)
+	st.SettleQuota([]byte("i|k"), start, 4)
+	r.round() // the want the last call made finds nothing
+	now += releaseAfter
+	r.round()
+	if _, held := r.held["i|k"]; held || r.spent["i|k"].base != 4 {
+		t.Fatalf("after spending all: held %v, spent %+v", held, r.spent["i|k"])
+	}
+	// Held again: a grant of 3 more, two spent; the mark counts from 4.
+	call()
+	grant(3)
+	call()
+	call()
+	if h := r.held["i|k"]; h == nil || h.granted != 7 || h.mark < 6 {
+		t.Fatalf("held again: %+v", h)
+	}
+	r.rewriteMarks()
+	marks.Close()
+	_, lives, err := OpenMarks(dir)
+	if err != nil || len(lives) != 1 || len(lives[0].Marks) != 1 || lives[0].Marks[0].Used < 6 || lives[0].Marks[0].Used > 7 {
+		t.Fatalf("rewritten: %+v %v", lives, err)
+	}
+}
