@@ -479,7 +479,9 @@ func (r *Reserver) round() {
 				// All spent and committed: forgotten, but for what was
 				// spent, from which the state machine's record of this
 				// life's grants and the marks go on if it is held again.
-				if h.granted != 0 {
+				if h.granted != 0 && r.Marks != nil {
+					// Ended ones go when the marks file is rewritten,
+					// which the marks written for them bring about.
 					r.spent[c.key] = spentRec{h.start, h.end, h.granted}
 				}
 				r.drop(h)
