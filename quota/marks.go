@@ -27,6 +27,9 @@ type Marks struct {
 	mu    sync.Mutex
 	f     *os.File
 	lines int
+	// kept is the lines the last rewrite kept: the file is rewritten
+	// again once it has doubled (or passed compactLines).
+	kept int
 }
 
 // Life is what a node life recorded: its origin and its last mark of
@@ -46,7 +49,8 @@ type markLine struct {
 const MarksFile = "quota-marks.jsonl"
 
 // compactLines is how many lines the file may grow to before it is
-// rewritten with only the marks that still matter.
+// rewritten with only the marks that still matter (or twice the lines
+// the last rewrite kept, if more).
 const compactLines = 20000
 
 // OpenMarks opens (or creates) the marks file in dir and returns the lives
@@ -175,7 +179,7 @@ func (m *Marks) append(lines []markLine) error {
 func (m *Marks) Crowded() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lines > compactLines
+	return m.lines > max(compactLines, 2*m.kept)
 }
 
 // Rewrite replaces the file with the given lives (each with the marks
@@ -215,7 +219,7 @@ func (m *Marks) Rewrite(lives []Life) error {
 	}
 	f, err := os.OpenFile(m.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	m.f.Close()
-	m.f, m.lines = f, n
+	m.f, m.lines, m.kept = f, n, n
 	if err != nil {
 		// Marks cannot be written any more: calls wait for marks that do
 		// not come and are refused (the units count as spent).
