@@ -473,10 +473,18 @@ func TestLargeQuotaCallGetsTheOthersUnits(t *testing.T) {
 // at least 594 are admitted, never more than 600.
 func TestQuotaUnitsComeBackAfterRestarts(t *testing.T) {
 	const quota = 600
+	// Each node's Raft address is picked as it first starts (a port
+	// picked long before could be taken meanwhile) and kept for its
+	// restart, as a node id keeps its address.
 	var confs []func(*Config)
 	for i := 0; i < 3; i++ {
-		dir, addr, id := t.TempDir(), freeAddr(t), fmt.Sprintf("r%d", i+1)
-		confs = append(confs, func(c *Config) { c.DataDir, c.RaftAddr, c.NodeID = dir, addr, id })
+		dir, addr, id := t.TempDir(), "", fmt.Sprintf("r%d", i+1)
+		confs = append(confs, func(c *Config) {
+			if addr == "" {
+				addr = freeAddr(t)
+			}
+			c.DataDir, c.RaftAddr, c.NodeID = dir, addr, id
+		})
 	}
 	nodes := []*Node{startTestNode(t, testNode{Config: confs[0]})}
 	for i := 1; i < 3; i++ {
