@@ -61,18 +61,22 @@ func OpenMarks(dir string) (*Marks, []Life, error) {
 		return nil, nil, err
 	}
 	m := &Marks{path: filepath.Join(dir, MarksFile)}
-	lives, lines, err := readMarks(m.path)
-	if err != nil {
+	lives, lines, readErr := readMarks(m.path)
+	if readErr != nil {
 		// The lives recorded are not returned (their units count as
-		// spent until their periods end); this life's marks follow.
-		lives = nil
+		// spent until their periods end); the file is set aside, and
+		// this life's marks start a new one that the next can read.
+		lives, lines = nil, 0
+		if err := os.Rename(m.path, m.path+".unreadable"); err != nil {
+			return nil, nil, err
+		}
 	}
 	f, err := os.OpenFile(m.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
 	m.f, m.lines = f, lines
-	return m, lives, err
+	return m, lives, readErr
 }
 
 // readMarks parses the file at path (none: no lives).
