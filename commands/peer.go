@@ -56,7 +56,7 @@ func checkForwarded(ctx *Ctx, e *raftfsm.Entry) bool {
 		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: a write numbered by node '" + printable([]byte(e.Req.Node), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 		return false
 	}
-	if e.Type == raftfsm.QuotaAdd && e.Origin != id || e.Type == raftfsm.QuotaReserve && quota.OriginNode(e.Origin) != id {
+	if e.Type == raftfsm.QuotaAdd && e.Origin != id || (e.Type == raftfsm.QuotaReserve || e.Type == raftfsm.QuotaReturn) && quota.OriginNode(e.Origin) != id {
 		ctx.Conn.WriteError("NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '" + printable([]byte(e.Origin), 64) + "' from node '" + printable([]byte(id), 64) + "'")
 		return false
 	}

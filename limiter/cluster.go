@@ -69,3 +69,12 @@ func (s *Service) ReserveQuotas(origin string, items []quota.Item) error {
 	_, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaReserve, Origin: origin, Quotas: items})
 	return err
 }
+
+// ReturnQuotas proposes that the units a previous life of this node
+// (origin) held and cannot have spent go back to the pool: marks are the
+// spend marks that life wrote, and with all its other grants go back
+// whole. It returns the units given back.
+func (s *Service) ReturnQuotas(origin string, marks []quota.Item, all bool) (int, error) {
+	r, err := s.write(&raftfsm.Entry{Type: raftfsm.QuotaReturn, Origin: origin, Quotas: marks, Replace: all})
+	return r.N, err
+}

@@ -7,6 +7,7 @@ func init() {
 	registerCommand(QuotaReserve, (*Entry).asQuotaReservation, (*FSM).applyQuotaReservation)
 	registerCommand(QuotaReset, (*Entry).asQuotaResets, (*FSM).applyQuotaResets)
 	registerCommand(QuotaSet, (*Entry).asQuotaSets, (*FSM).applyQuotaSets)
+	registerCommand(QuotaReturn, (*Entry).asQuotaReturn, (*FSM).applyQuotaReturn)
 }
 
 // quotaCounts is QuotaAdd's payload: a node's batch of quota counts
@@ -59,7 +60,7 @@ func (e *Entry) asQuotaReservation() (quotaReservation, error) {
 		return quotaReservation{}, badPayload("reservation without origin or items")
 	}
 	for _, q := range e.Quotas {
-		if q.Key == "" || q.End <= q.Start || q.Limit <= 0 || q.Used == 0 || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed {
+		if q.Key == "" || q.End <= q.Start || q.Limit <= 0 || q.Used == 0 || q.Used > maxQuotaUsed || q.Used < -maxQuotaUsed || q.Need < 0 || q.Need > maxQuotaUsed {
 			return quotaReservation{}, badPayload("malformed quota reservation")
 		}
 	}
@@ -70,7 +71,7 @@ func (f *FSM) applyQuotaReservation(p quotaReservation, _ uint64) Response {
 	members := max(len(f.state.Load().Members), 1)
 	grants := make([]int64, len(p.Items))
 	for i, q := range p.Items {
-		grants[i] = f.quotas.reserve(q, members)
+		grants[i] = f.quotas.reserve(p.Origin, q, members)
 	}
 	if o := f.quotaObs.Load(); o != nil {
 		(*o).QuotaReserved(p.Origin, p.Items, grants)
@@ -139,4 +140,33 @@ func (f *FSM) applyQuotaSets(p quotaSets, _ uint64) Response {
 		(*o).QuotaReset(keys, p.Now)
 	}
 	return Response{N: len(p.Items)}
+}
+
+// quotaReturn is QuotaReturn's payload: a node life that is over (Origin,
+// "id@incarnation"), and for each counter it may have spent from, the
+// most it may have spent there this period (an item's Used: the spend
+// mark it wrote to disk before admitting). With All, the life's grants of
+// every other counter go back whole.
+type quotaReturn struct {
+	Origin string
+	Items  []QuotaItem
+	All    bool
+}
+
+func (e *Entry) asQuotaReturn() (quotaReturn, error) {
+	if e.Origin == "" || len(e.Quotas) == 0 && !e.Replace {
+		return quotaReturn{}, badPayload("quota return without origin or items")
+	}
+	for _, q := range e.Quotas {
+		if q.Key == "" || q.Used < 0 || q.Used > maxQuotaUsed {
+			return quotaReturn{}, badPayload("malformed quota return")
+		}
+	}
+	return quotaReturn{Origin: e.Origin, Items: e.Quotas, All: e.Replace}, nil
+}
+
+// applyQuotaReturn gives back to the pool the units a life that is over
+// held and cannot have spent (quotaTable.returnGrants); N is the units.
+func (f *FSM) applyQuotaReturn(p quotaReturn, _ uint64) Response {
+	return Response{N: int(f.quotas.returnGrants(p.Origin, p.Items, p.All))}
 }

@@ -41,6 +41,10 @@ const (
 	// QuotaSet sets counters' counts in their current period (RL.QUOTA
 	// SET): each item's Used is the new count.
 	QuotaSet
+	// QuotaReturn gives back to the pool the units a node's previous life
+	// (Origin) held and did not spend, by the spend marks it wrote to
+	// disk (an item's Used); Replace: every other grant of that life too.
+	QuotaReturn
 
 	// entryTypeEnd is one past the last type: the size of the apply table.
 	entryTypeEnd

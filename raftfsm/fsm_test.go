@@ -307,3 +307,83 @@ func TestQuotaReservationsNeverPassTheLimit(t *testing.T) {
 		t.Fatalf("periods: %v", obs.grants)
 	}
 }
+
+// What a node life held and did not spend goes back to the pool when a
+// later life returns it (QuotaReturn): its grant past its spend mark for
+// the counters it marked, its whole grant of the others with All; once,
+// however often the entry is repeated; a release of that life arriving
+// later takes back nothing; the sum of what the lives may admit never
+// passes the limit.
+func TestQuotaReturnGivesBackWhatALifeDidNotSpend(t *testing.T) {
+	f := NewFSM()
+	f.SetQuotaObserver(&quotaLog{})
+	day := int64(86400e9)
+	idx := uint64(0)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		idx++
+		apply(f, idx, (&Entry{Type: AddMember, Member: &Member{ID: id, RaftAddr: id + ":1", RespAddr: id + ":2"}}).Encode())
+	}
+	item := func(key string, n int64) QuotaItem {
+		return QuotaItem{Key: QuotaKey(key), Start: 0, End: day, Used: n, Limit: 600, Period: "day UTC"}
+	}
+	write := func(e *Entry) Response {
+		idx++
+		r := apply(f, idx, e.Encode())
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r
+	}
+	write(&Entry{Type: QuotaReserve, Origin: "n1@a", Quotas: []QuotaItem{item("i|k", 600), item("i|j", 600)}})
+	write(&Entry{Type: QuotaReserve, Origin: "n2@a", Quotas: []QuotaItem{item("i|k", 600)}})
+	k, _ := f.Quota("i|k")
+	j, _ := f.Quota("i|j")
+	if k.Reserved != 100+83 || k.Grants["n1@a"] != 100 || k.Grants["n2@a"] != 83 || j.Grants["n1@a"] != 100 {
+		t.Fatalf("grants: k %+v, j %+v", k, j)
+	}
+	// n1's life a marked 12 of k and nothing of j: 88 of k and all 100 of
+	// j come back; n2's grant stays.
+	ret := &Entry{Type: QuotaReturn, Origin: "n1@a", Quotas: []QuotaItem{item("i|k", 12)}, Replace: true}
+	if r := write(ret); r.N != 88+100 {
+		t.Fatalf("returned %d units", r.N)
+	}
+	k, _ = f.Quota("i|k")
+	j, _ = f.Quota("i|j")
+	if k.Reserved != 12+83 || len(k.Grants) != 1 || j.Reserved != 0 || j.Grants != nil {
+		t.Fatalf("after the return: k %+v, j %+v", k, j)
+	}
+	ret.Req = nil
+	if r := write(ret); r.N != 0 {
+		t.Fatalf("a repeated return gave back %d more", r.N)
+	}
+	// A release of that life committed after its return: nothing.
+	write(&Entry{Type: QuotaReserve, Origin: "n1@a", Quotas: []QuotaItem{item("i|k", -50)}})
+	if k, _ = f.Quota("i|k"); k.Reserved != 12+83 {
+		t.Fatalf("a late release of a returned life: %+v", k)
+	}
+	// A mark above the grant returns nothing, and a release never takes
+	// back more than its life holds.
+	write(&Entry{Type: QuotaReserve, Origin: "n2@a", Quotas: []QuotaItem{item("i|k", -500)}})
+	if k, _ = f.Quota("i|k"); k.Reserved != 12 || len(k.Grants) != 0 {
+		t.Fatalf("n2 gave back all it held: %+v", k)
+	}
+	// Grants to every life never pass the limit: 12 are counted as spent.
+	total := int64(0)
+	for i := 0; i < 200; i++ {
+		idx++
+		it := item("i|k", 600)
+		apply(f, idx, (&Entry{Type: QuotaReserve, Origin: fmt.Sprintf("n%d@b", i%3+1), Quotas: []QuotaItem{it}}).Encode())
+	}
+	k, _ = f.Quota("i|k")
+	for _, g := range k.Grants {
+		total += g
+	}
+	if total != 600-12 || k.Reserved != 600 {
+		t.Fatalf("granted %d to the new lives, reserved %d", total, k.Reserved)
+	}
+	// A need is granted whole while the pool has it.
+	write(&Entry{Type: QuotaReserve, Origin: "n1@c", Quotas: []QuotaItem{{Key: "i|big", Start: 0, End: day, Used: 3000, Need: 1000, Limit: 3000, Period: "day UTC"}}})
+	if b, _ := f.Quota("i|big"); b.Grants["n1@c"] != 1000 {
+		t.Fatalf("a need of 1000: %+v", b)
+	}
+}

@@ -28,6 +28,7 @@ func goldenEntries(c budget.Config) []*Entry {
 		{Type: QuotaReset, Keys: []QuotaKey{"i|acme", "i|beta"}, Now: 43, Req: req},
 		{Type: QuotaReserve, Quotas: []QuotaItem{item}, Origin: "n1@5", Req: req},
 		{Type: QuotaSet, Quotas: []QuotaItem{item}, Now: 44, Req: req},
+		{Type: QuotaReturn, Quotas: []QuotaItem{item}, Origin: "n1@5", Replace: true, Req: req},
 	}
 }
 
@@ -44,6 +45,7 @@ var golden = []string{
 	"\x01\a{\"keys\":[\"aXxhY21l\",\"aXxiZXRh\"],\"now\":43,\"req\":{\"node\":\"n1\",\"seq\":7}}",
 	"\x01\b{\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"origin\":\"n1@5\",\"req\":{\"node\":\"n1\",\"seq\":7}}",
 	"\x01\t{\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"now\":44,\"req\":{\"node\":\"n1\",\"seq\":7}}",
+	"\x01\n{\"replace\":true,\"quotas\":[{\"k\":\"aXxhY21l\",\"s\":0,\"e\":86400000000000,\"n\":3,\"l\":100,\"p\":\"day UTC\"}],\"origin\":\"n1@5\",\"req\":{\"node\":\"n1\",\"seq\":7}}",
 }
 
 // TestEntryEncodingIsStable holds the log encoding to the bytes existing
@@ -120,6 +122,8 @@ func TestGoldenEntriesApply(t *testing.T) {
 		`8:n=1,warn="",err=<nil>`,
 		`tree=2,members=0,removed=map[n2:true],counters=1`,
 		`9:n=1,warn="",err=<nil>`,
+		`tree=2,members=0,removed=map[n2:true],counters=1`,
+		`10:n=0,warn="",err=<nil>`,
 		`tree=2,members=0,removed=map[n2:true],counters=1`,
 		`[n1/9/1] [i|acme i|beta i|acme] [n1@5:3]`,
 		`rejoin: ERR node 'n2' was removed from the cluster with RL.CLUSTER LEAVE; an operator re-admits it with RL.CLUSTER JOIN`,

@@ -100,13 +100,22 @@ func (q *quotaTable) add(in QuotaItem) {
 	sh.m[string(in.Key)] = it
 }
 
-// reserve grants up to in.Used units of in's counter to a node (or takes
+// maxGrantOrigins bounds the node lives one counter records grants of
+// (QuotaItem.Grants): members, and lives whose grants a restart has not
+// yet returned. A life past it is granted nothing.
+const maxGrantOrigins = 64
+
+// reserve grants up to in.Used units of in's counter to origin (or takes
 // back -in.Used units it releases) and returns how many. A grant is at
 // most the units neither reserved nor used, shared among twice the
 // members ((limit - max(used, reserved)) / 2N, at least one while any is
 // left), so that chunks are large far from the limit and shrink to one
-// unit near it, and the sum of grants never passes the limit.
-func (q *quotaTable) reserve(in QuotaItem, members int) int64 {
+// unit near it, and the sum of grants never passes the limit; a node that
+// needs more for one call (in.Need) gets that much while the pool has it.
+// What each origin holds is recorded (QuotaItem.Grants); a release takes
+// back at most what its origin holds, so a release of a life whose grants
+// were returned already (returnGrants) takes back nothing.
+func (q *quotaTable) reserve(origin string, in QuotaItem, members int) int64 {
 	sh := q.shard([]byte(in.Key))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -123,18 +132,82 @@ func (q *quotaTable) reserve(in QuotaItem, members int) int64 {
 		return 0 // that period is over
 	}
 	it.Limit = in.Limit
+	held, known := it.Grants[origin]
 	var g int64
-	if in.Used > 0 {
-		if avail := it.Limit - max(it.Used, it.Reserved); avail > 0 {
-			g = min(in.Used, max(1, avail/int64(2*members)), avail)
+	switch {
+	case in.Used > 0:
+		if avail := it.Limit - max(it.Used, it.Reserved); avail > 0 && (known || len(it.Grants) < maxGrantOrigins) {
+			chunk := min(in.Used, max(1, avail/int64(2*members)))
+			g = min(max(chunk, in.Need), avail)
 		}
+	default:
+		g = max(in.Used, -held, -it.Reserved)
+	}
+	if g != 0 {
 		it.Reserved += g
-	} else {
-		g = max(in.Used, -it.Reserved)
-		it.Reserved += g
+		grants := make(map[string]int64, len(it.Grants)+1)
+		for o, n := range it.Grants {
+			grants[o] = n
+		}
+		if n := held + g; n > 0 {
+			grants[origin] = n
+		} else {
+			delete(grants, origin)
+		}
+		it.Grants = grants
 	}
 	sh.m[string(in.Key)] = it
 	return g
+}
+
+// returnGrants gives back to the pool what origin, a node life that is
+// over, holds of each item's counter beyond the item's Used (what that
+// life may have spent: its durable spend mark), and forgets its grants
+// there; with all, also every other grant of origin, whole (it spent
+// none of those: it admits nothing past a mark it has written). It
+// returns the units given back. Repeating it gives back nothing more.
+func (q *quotaTable) returnGrants(origin string, items []QuotaItem, all bool) int64 {
+	var back int64
+	drop := func(sh *quotaShard, key string, spent int64, start int64, anyStart bool) {
+		it, ok := sh.m[key]
+		n, held := it.Grants[origin]
+		if !ok || !held || !anyStart && it.Start != start {
+			return
+		}
+		r := min(max(n-spent, 0), it.Reserved)
+		it.Reserved -= r
+		back += r
+		grants := make(map[string]int64, len(it.Grants))
+		for o, g := range it.Grants {
+			if o != origin {
+				grants[o] = g
+			}
+		}
+		if len(grants) == 0 {
+			grants = nil
+		}
+		it.Grants = grants
+		sh.m[key] = it
+	}
+	for _, in := range items {
+		sh := q.shard([]byte(in.Key))
+		sh.mu.Lock()
+		drop(sh, string(in.Key), in.Used, in.Start, false)
+		sh.mu.Unlock()
+	}
+	if all {
+		for i := range q.shards {
+			sh := &q.shards[i]
+			sh.mu.Lock()
+			for k, it := range sh.m {
+				if _, held := it.Grants[origin]; held {
+					drop(sh, k, 0, 0, true)
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+	return back
 }
 
 // setSeq records batch seq as the last applied from origin.

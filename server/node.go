@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/internal/respclient"
+	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -26,6 +27,11 @@ type Node struct {
 	log    *slog.Logger
 	failed chan error
 	stop   chan struct{}
+	// reserver holds this node's quota units (in a cluster); keepUnits,
+	// set by tests, stops the node without giving them back, as a crash
+	// would.
+	reserver  *quota.Reserver
+	keepUnits bool
 }
 
 // NodeHooks lets tests adjust the Raft options (timing, snapshots) and
@@ -216,6 +222,10 @@ func (n *Node) Close() {
 		close(n.stop)
 	}
 	n.Server.Shutdown()
+	if n.reserver != nil && !n.keepUnits {
+		// Served calls are over: what it holds unused goes back now.
+		n.reserver.GiveBack(time.Second)
+	}
 	if err := n.Raft.Shutdown(); err != nil {
 		n.log.Warn("raft shutdown", "err", err)
 	}

@@ -132,6 +132,11 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)); got != "-NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '"+id+"' from node 'n9'" {
 		t.Errorf("a forwarded batch for another node: %s", got)
 	}
+	// Nor may a node give back the units of another node's life.
+	ret := raftfsm.Entry{Type: raftfsm.QuotaReturn, Origin: id + "@x", Replace: true}
+	if got := other.Do("RL.CLUSTER", "APPLY", string(ret.Encode())); got != "-NOPERM RL.CLUSTER APPLY: quota counts or reservations of node '"+id+"@x' from node 'n9'" {
+		t.Errorf("a forwarded return of another node's units: %s", got)
+	}
 	req := &raftfsm.ReqID{Node: id, Seq: 1}
 	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry("n9", uint64(time.Now().UnixNano()), req)); got != "-NOPERM RL.CLUSTER APPLY: a write numbered by node '"+id+"' from node 'n9'" {
 		t.Errorf("a forwarded write numbered as another node's: %s", got)

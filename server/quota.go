@@ -41,7 +41,26 @@ func (n *Node) startQuotaSync(cfg *Config) {
 	env.Metrics.Registry.MustRegister(r.Reserved.(prometheus.Counter), r.Failed.(prometheus.Counter))
 	r.Propose = func(items []quota.Item) error { return svc.ReserveQuotas(r.Self, items) }
 	r.Init()
+	// Spend marks on disk: a restart gives back what the lives before
+	// this one held and did not spend.
+	if marks, lives, err := quota.OpenMarks(cfg.DataDir); marks == nil {
+		n.log.Warn("quota spend marks unavailable: units this node holds come back only at the end of their period after a crash", "err", err)
+	} else {
+		if err != nil {
+			n.log.Warn("quota spend marks of previous lives unreadable: their units come back only at the end of their period", "err", err)
+		}
+		if err := marks.Begin(r.Self); err != nil {
+			n.log.Warn("quota spend marks unavailable: units this node holds come back only at the end of their period after a crash", "err", err)
+			marks.Close()
+		} else {
+			r.Marks = marks
+			r.SetPrior(lives)
+			go r.RunMarks(n.stop)
+			go r.ReturnPrior(svc.ReturnQuotas, n.stop)
+		}
+	}
 	q.Reserver = r
+	n.reserver = r
 	svc.Store.SetQuotaGate(r)
 	svc.Reserve = r.Reserve
 	go r.Run(n.stop)

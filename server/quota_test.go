@@ -421,3 +421,126 @@ func TestScanNamesRequestsAsLimitedByDoes(t *testing.T) {
 		{cmd("DBSIZE"), "2"},
 	})
 }
+
+// A call larger than any node's share gets the units it lacks from the
+// pool and from the other nodes' idle grants: with 2,000 of 3,000 spent
+// over three nodes (each holding some of the rest), a reserve of 1,000 on
+// any node is admitted at once, then nothing more is.
+func TestLargeQuotaCallGetsTheOthersUnits(t *testing.T) {
+	nodes := joinCluster(t, nil)
+	leaderOf(t, nodes...)
+	var conns []*resptest.Client
+	for _, n := range nodes {
+		conns = append(conns, resptest.Dial(t, n.Server.RespAddr()))
+	}
+	for x := range nodes {
+		key := fmt.Sprintf("big%d", x)
+		q := []string{"QUOTA", "3000", "PER", "month"}
+		spent := 0
+		// Calls of 100 in turn on each node (retried as a client would
+		// when a reservation is slow to commit) until 2,000 are spent.
+		for i := 0; spent < 2000; i++ {
+			c := conns[i%3]
+			testkit.WaitFor(t, 30*time.Second, "a call of 100 to be admitted", func() bool {
+				return strings.HasPrefix(c.Do(append([]string{"RL.ACQUIRE", key, "COST", "100"}, q...)...), "[1 ")
+			})
+			spent += 100
+		}
+		it, _ := nodes[x].Raft.FSM().Quota("i|" + key)
+		t.Logf("%s: 2000 admitted; committed used %d, reserved %d, grants %v", key, it.Used, it.Reserved, it.Grants)
+		got := conns[x].Do(append([]string{"RL.RESERVE", key, "COST", "1000"}, q...)...)
+		if !strings.HasPrefix(got, "[1 ") {
+			t.Fatalf("%s: a reserve of 1000 with 1000 of 3000 left on node %d: %s", key, x, got)
+		}
+		for _, n := range nodes {
+			committedQuota(t, n, "i|"+key, 3000)
+		}
+		for i, c := range conns {
+			if got := c.Do(append([]string{"RL.ACQUIRE", key}, q...)...); !strings.HasPrefix(got, "[0 0 3000 ") || !strings.HasSuffix(got, `"quota:`+key+`"]`) {
+				t.Fatalf("%s: node %d after 3000 of 3000: %s", key, i, got)
+			}
+		}
+	}
+}
+
+// Units a node held when it stopped come back when it starts again: it
+// gives back what its previous life held past the spend mark it had
+// written (a step, 1 unit of 600, ahead of its spending; the promise is
+// at most 2). QUOTA 600 a day, about 200 spent over three nodes, then
+// every node in turn stopped (the first two as a crash would, keeping
+// their units and losing their uncommitted counts; the last one giving
+// its units back as it stops) and started again on its data: in the end
+// at least 594 are admitted, never more than 600.
+func TestQuotaUnitsComeBackAfterRestarts(t *testing.T) {
+	const quota = 600
+	// Each node's Raft address is picked as it first starts (a port
+	// picked long before could be taken meanwhile) and kept for its
+	// restart, as a node id keeps its address.
+	var confs []func(*Config)
+	for i := 0; i < 3; i++ {
+		dir, addr, id := t.TempDir(), "", fmt.Sprintf("r%d", i+1)
+		confs = append(confs, func(c *Config) {
+			if addr == "" {
+				addr = freeAddr(t)
+			}
+			c.DataDir, c.RaftAddr, c.NodeID = dir, addr, id
+		})
+	}
+	nodes := []*Node{startTestNode(t, testNode{Config: confs[0]})}
+	for i := 1; i < 3; i++ {
+		join := nodes[0].Server.RespAddr()
+		nodes = append(nodes, startTestNode(t, testNode{Config: func(c *Config) { confs[i](c); c.Join = join }}))
+	}
+	members := func() bool {
+		for _, n := range nodes {
+			if n == nil || len(n.Raft.State().Members) != 3 || !n.Raft.Ready() {
+				return false
+			}
+		}
+		return true
+	}
+	testkit.WaitFor(t, 20*time.Second, "three members", members)
+	call := func(i int) bool {
+		got := resptest.Dial(t, nodes[i].Server.RespAddr()).Do("RL.ACQUIRE", "roll", "QUOTA", fmt.Sprint(quota), "PER", "day")
+		return strings.HasPrefix(got, "[1 ")
+	}
+	admitted := 0
+	spread := func(n int) {
+		for i := 0; admitted < n; i++ {
+			if call(i % 3) {
+				admitted++
+			}
+		}
+	}
+	spread(200)
+	for i := range nodes {
+		// Every node holds units: the one stopped loses its grant.
+		spread(admitted + 30)
+		nodes[i].keepUnits = i < 2 // as a crash would; the last one stops as SIGTERM does
+		nodes[i].Close()
+		nodes[i] = nil
+		nodes[i] = startTestNode(t, testNode{Config: confs[i]})
+		testkit.WaitFor(t, 20*time.Second, "the node back among three members", members)
+		t.Logf("restarted %s at %d admitted", nodes[i].Raft.ID(), admitted)
+	}
+	// Calls in turn until the quota is spent or every node has refused
+	// 10 times in a row with nothing admitted for 3 s (units given back
+	// by restarts and idle nodes have come back by then).
+	refused, last := 0, time.Now()
+	for i := 0; refused < 30 || time.Since(last) < 3*time.Second; i++ {
+		if call(i % 3) {
+			admitted, refused, last = admitted+1, 0, time.Now()
+		} else {
+			refused++
+			time.Sleep(10 * time.Millisecond)
+		}
+		if admitted > quota {
+			break
+		}
+	}
+	it, _ := nodes[0].Raft.FSM().Quota("i|roll")
+	t.Logf("QUOTA %d a day, every node restarted: %d admitted (committed used %d, reserved %d, grants %v)", quota, admitted, it.Used, it.Reserved, it.Grants)
+	if admitted > quota || admitted < quota-6 {
+		t.Fatalf("admitted %d of a quota of %d through three restarts: want %d to %d", admitted, quota, quota-6, quota)
+	}
+}
