@@ -1,0 +1,214 @@
+package robust
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// changeLoad is the traffic of a membership nemesis: callers on every node
+// sending one call in a loop, each call's outcome counted, and an error
+// counted against the node unless the node is under a fault (marked by the
+// nemesis from just before the fault until the node decides again).
+type changeLoad struct {
+	admitted atomic.Int64
+	refused  atomic.Int64
+	loading  atomic.Int64
+	faulted  []atomic.Bool // per node: under a fault now
+	mu       sync.Mutex
+	errs     []string // errors on nodes under no fault
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	pace     time.Duration // between a caller's calls
+}
+
+// run starts per callers on every node of c, each sending call in a loop.
+func (l *changeLoad) run(c *cluster, per int, call []any) {
+	l.faulted = make([]atomic.Bool, len(c.nodes))
+	l.stop = make(chan struct{})
+	for _, n := range c.nodes {
+		for i := 0; i < per; i++ {
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				for {
+					select {
+					case <-l.stop:
+						return
+					default:
+					}
+					faulted := l.faulted[n.idx].Load()
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					v, err := n.client.Do(ctx, call...).Slice()
+					cancel()
+					switch {
+					case err == nil && len(v) > 0 && v[0] == int64(1):
+						l.admitted.Add(1)
+					case err == nil:
+						l.refused.Add(1)
+					case strings.HasPrefix(err.Error(), "LOADING "):
+						l.loading.Add(1)
+						if !faulted && !l.faulted[n.idx].Load() {
+							l.fail(fmt.Sprintf("%s: %v (under no fault)", n.id, err))
+						}
+					default:
+						if !faulted && !l.faulted[n.idx].Load() {
+							l.fail(fmt.Sprintf("%s: %v", n.id, err))
+						}
+						time.Sleep(20 * time.Millisecond) // a node that is down
+					}
+					time.Sleep(l.pace)
+				}
+			}()
+		}
+	}
+}
+
+func (l *changeLoad) fail(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) < 20 {
+		l.errs = append(l.errs, s)
+	}
+}
+
+func (l *changeLoad) end() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// deciding waits until n decides a limiting call again (it answers
+// without LOADING): it has caught up with the cluster.
+func deciding(n *node) error {
+	return eventually(60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return n.client.Do(ctx, "RL.ACQUIRE", "change/probe", "RATE", 1000000).Err()
+	})
+}
+
+// TestRollingRestartUnderLoad drives a calendar quota of 600 a day from
+// every node while the cluster goes through what a deployment does to it: a
+// rolling restart (SIGTERM, restart on the data directory, wait until the
+// node decides again, next node), then a crash loop (one node killed with
+// kill -9 and restarted at once, three times), then the leader killed. The
+// quota is driven until every node refuses it. Checked: the cluster never
+// admits more than 600; it admits at least 600 less one step of the spend
+// marks (max(1, 600/600) = 1) per restart (docs/cluster.md, "Calendar
+// quotas in a cluster"); no call errs on a node under no fault, and a node
+// answers LOADING only while it restarts.
+func TestRollingRestartUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-process cluster and restarts every node; skipped under -short")
+	}
+	c := newCluster(t, nil)
+	c.startAll()
+	for _, n := range c.nodes {
+		if err := deciding(n); err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+	}
+	const quota = 600
+	call := []any{"RL.ACQUIRE", "change/quota", "RATE", 1000000, "QUOTA", quota, "PER", "day"}
+	// Six callers, each a call every 200 ms: the quota lasts through the
+	// restarts.
+	l := changeLoad{pace: 200 * time.Millisecond}
+	l.run(c, 2, call)
+	defer func() {
+		select {
+		case <-l.stop:
+		default:
+			l.end()
+		}
+	}()
+	// A sixth of the quota before the first restart.
+	if err := eventually(60*time.Second, func() error {
+		if a := l.admitted.Load(); a < quota/6 {
+			return fmt.Errorf("%d admitted", a)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	restarts := 0
+	restart := func(n *node, how syscall.Signal, wait bool) {
+		t.Helper()
+		l.faulted[n.idx].Store(true)
+		if how == syscall.SIGKILL {
+			n.kill()
+		} else {
+			if err := n.signal(how); err != nil {
+				t.Fatal(err)
+			}
+			n.mu.Lock()
+			exited := n.exited
+			n.mu.Unlock()
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("%s did not stop within 60 s of %v", n.id, how)
+			}
+		}
+		restarts++
+		if err := n.start(t, c.bin); err != nil {
+			t.Fatal(err)
+		}
+		if wait {
+			if err := deciding(n); err != nil {
+				t.Fatalf("%s after restart: %v", n.id, err)
+			}
+			l.faulted[n.idx].Store(false)
+		}
+	}
+	for _, n := range c.nodes {
+		restart(n, syscall.SIGTERM, true)
+		t.Logf("%s restarted (SIGTERM): %d admitted so far", n.id, l.admitted.Load())
+	}
+	x := c.nodes[1]
+	for i := 0; i < 3; i++ {
+		restart(x, syscall.SIGKILL, i == 2)
+	}
+	t.Logf("%s crash-looped three times: %d admitted so far", x.id, l.admitted.Load())
+	ld, err := c.leader(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart(ld, syscall.SIGKILL, true)
+	t.Logf("the leader %s killed and restarted: %d admitted so far", ld.id, l.admitted.Load())
+	// Drive on until the quota is spent: every node refuses 50 calls in a
+	// row, or 90 s pass.
+	done := eventually(90*time.Second, func() error {
+		for _, n := range c.nodes {
+			for i := 0; i < 50; i++ {
+				ok, err := acquireQuota(n.client, "change/quota", quota)
+				if ok {
+					l.admitted.Add(1)
+				}
+				if err != nil || ok {
+					return fmt.Errorf("%s still admits (%v)", n.id, err)
+				}
+			}
+		}
+		return nil
+	})
+	l.end()
+	admitted := l.admitted.Load()
+	t.Logf("%d restarts; %d admitted, %d refused, %d answered LOADING while a node restarted", restarts, admitted, l.refused.Load(), l.loading.Load())
+	for _, e := range l.errs {
+		t.Errorf("error on a node under no fault: %s", e)
+	}
+	if admitted > quota {
+		t.Fatalf("the cluster admitted %d against a quota of %d", admitted, quota)
+	}
+	if done != nil {
+		t.Fatalf("the quota was not spent within 90 s: %v (%d admitted)", done, admitted)
+	}
+	if admitted < int64(quota-restarts) {
+		t.Fatalf("the cluster admitted %d of %d after %d restarts: more than one unit stranded per restart", admitted, quota, restarts)
+	}
+}
