@@ -243,8 +243,9 @@ func (s *Store) share(l *Limit) int64 {
 // the lease keeps at most l's share (share), as much as a credit under l,
 // and drops the rest, credit first. It does not give them back: the
 // owner's bucket may have spent its new burst meanwhile, and refunded
-// they would come on top of it. Tokens the lease keeps stand for its
-// credit: it takes no new one for a while (creditEvery). Tokens granted
+// they would come on top of it. What the lease keeps, or takes in below,
+// stands for its credit: it takes no new one for a while (creditEvery).
+// Tokens granted
 // under the former limit that arrive later (asked for before the change)
 // are taken in only up to what the share leaves (prior, Grant). A lowered
 // limit thus bites on a lease holder at its first call under the new
@@ -259,7 +260,9 @@ func (s *Store) relimitLease(sh *shard, i uint32, l *Limit, now int64, dry bool)
 	}
 	share := s.share(l)
 	keep := min(max(st.a, 0), share)
-	st.a = keep
+	// What was asked for under the former limit is no demand under this
+	// one: it would take the new burst from the owner's own callers.
+	st.a, st.c = keep, 0
 	if dry {
 		return st
 	}
@@ -270,11 +273,15 @@ func (s *Store) relimitLease(sh *shard, i uint32, l *Limit, now int64, dry bool)
 			delete(sh.credit, i)
 		}
 	}
+	// Credit spent under the former limit and not yet reported is not
+	// charged: taken from the owner's bucket before the change, it would
+	// have been capped away with the rest (the bucket held more than the
+	// new burst), and charged after it, it puts a bucket of the new limit
+	// into debt for what it admitted under the old one.
+	delete(sh.owed, i)
 	e.st = st
 	sh.setLimit(e, l)
-	if keep > 0 {
-		sh.creditAt[i] = now
-	}
+	sh.creditAt[i] = now
 	sh.prior[i] = share - keep
 	// A request for tokens queued under the former limit goes under
 	// this one (the leaser merges the two).

@@ -185,3 +185,33 @@ func TestTokensFromBeforeALoweringAreCapped(t *testing.T) {
 		t.Fatalf("the owner admitted %d after tokens came back, want the 3 returned under its limit", m)
 	}
 }
+
+// Credit a holder spent under the former limit and had not yet reported
+// when it learned of a lowering is not charged to the owner's bucket of
+// the new limit: it would put it into debt for calls the old limit
+// admitted (100 spent against a burst of 10: ten times its refill).
+func TestCreditSpentBeforeALoweringIsNotCharged(t *testing.T) {
+	owner, other, key := leasePair(t)
+	old, _ := NewLimit(TokenBucket, 1000, time.Second, 1000)
+	lim, _ := NewLimit(TokenBucket, 10, time.Second, 10)
+	now := int64(1e12)
+	for i := 0; i < 100; i++ {
+		if !other.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: &old, Cost: 1}, 0, false).Allowed {
+			t.Fatal("the holder refused a call within its credit")
+		}
+	}
+	// One call under the new limit, from the credit the holder keeps.
+	if !other.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false).Allowed {
+		t.Fatal("the holder refused a call within the share it keeps")
+	}
+	refill(owner, other, now)
+	n := 0
+	for i := 0; i < 20; i++ {
+		if owner.Acquire(now, Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}, 0, false).Allowed {
+			n++
+		}
+	}
+	if n != 9 {
+		t.Fatalf("the owner admitted %d of its new burst of 10, want 9 (the holder's one call under it charged)", n)
+	}
+}
