@@ -37,8 +37,10 @@ type level struct {
 	h      hashed
 	idx    uint32
 	exists bool
-	lease  bool  // decided from this node's lease (lease.go)
-	credit int64 // a new lease's credit (lease.go), 0 if none
+	lease  bool // decided from this node's lease (lease.go)
+	// rescaled: the bucket was kept under another limit (look).
+	rescaled bool
+	credit   int64 // a new lease's credit (lease.go), 0 if none
 	// creditAt is when that credit was taken.
 	creditAt int64
 	out      outcome
@@ -50,7 +52,7 @@ type level struct {
 // the bucket itself.
 func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 	sh := &s.shards[lv.h.shard]
-	st := s.look(sh, lv, r, now)
+	st := s.look(sh, lv, r, now, dry)
 	switch {
 	case lv.lease:
 		s.evalLease(sh, lv, r, now, st)
@@ -58,16 +60,27 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 		s.evalQuota(sh, lv, r, now, st, dry)
 	default:
 		lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
+		if lv.rescaled && !lv.out.ok && !dry && r.Cost > 0 {
+			// A call refused under a new limit keeps the bucket under
+			// it too: else it would go on refilling at its former rate
+			// (lowered, faster) until a call is admitted, and tokens
+			// given back under the former limit would count (Return).
+			e := sh.entry(lv.idx)
+			sh.setLimit(e, r.Limit)
+			e.st = st
+			lv.rescaled = false
+		}
 	}
 }
 
 // look finds lv's entry in sh (locked) and returns its state under r's
 // limit: rescaled if it was stored under another (a quota counter keeps
-// its count), empty if there is none.
-func (s *Store) look(sh *shard, lv *level, r *Request, now int64) state {
+// its count), empty if there is none. A lease kept under another limit
+// is cut to the new limit's share, and unless dry kept so (relimitLease).
+func (s *Store) look(sh *shard, lv *level, r *Request, now int64, dry bool) state {
 	// A level may be decided again after its shard was let go (lockShard):
 	// what an earlier look found may be gone since.
-	lv.idx, lv.exists = 0, false
+	lv.idx, lv.exists, lv.rescaled = 0, false, false
 	ei, ok := sh.find(lv.h, r.Key)
 	if !ok {
 		return state{}
@@ -77,7 +90,14 @@ func (s *Store) look(sh *shard, lv *level, r *Request, now int64) state {
 	if r.Limit.Algo == Quota {
 		return e.st
 	}
-	return sh.stateUnder(e, r.Limit, now)
+	if old := &sh.limits[e.lim].lim; !old.same(r.Limit) {
+		if lv.lease {
+			return s.relimitLease(sh, ei, r.Limit, now, dry)
+		}
+		lv.rescaled = true
+		return rescale(old, r.Limit, e.st, now)
+	}
+	return e.st
 }
 
 // commit stores an admitted level's new state, in its bucket or, when it
@@ -445,6 +465,11 @@ func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int6
 		o := decide(lim, state{}, false, now, 0, 0)
 		return Result{Allowed: true, Remaining: o.remaining, Limit: lim.Burst}, true
 	}
+	return s.refundEntry(sh, ei, now, lim, n, record), true
+}
+
+// refundEntry is refundOwn of entry ei of sh (locked).
+func (s *Store) refundEntry(sh *shard, ei uint32, now int64, lim *Limit, n int64, record bool) Result {
 	e := sh.entry(ei)
 	l := lim
 	if l == nil {
@@ -457,12 +482,12 @@ func (s *Store) refundOwn(now int64, space Space, key []byte, lim *Limit, n int6
 	if idleAt(l, st) <= now && sh.pending[ei] == 0 {
 		sh.removeAt(sh.slotOf(ei))
 		s.live.Add(-1)
-		return Result{Allowed: true, Remaining: l.Burst, Limit: l.Burst}, true
+		return Result{Allowed: true, Remaining: l.Burst, Limit: l.Burst}
 	}
 	o := decide(l, st, true, now, 0, 0)
 	sh.setLimit(e, l)
 	e.st = st
-	return Result{Allowed: true, Remaining: o.remaining, Limit: l.Burst, ResetAfter: o.reset}, true
+	return Result{Allowed: true, Remaining: o.remaining, Limit: l.Burst, ResetAfter: o.reset}
 }
 
 // Reset forgets key's bucket and reports whether there was one.

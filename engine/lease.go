@@ -220,11 +220,73 @@ func (s *Store) credit(l *Limit) int64 {
 	if l.Algo.IsWindow() {
 		return 0 // a window's count starts afresh: debt cannot repay a credit
 	}
+	return s.share(l)
+}
+
+// share returns l's burst's share among the members, ⌈burst / N⌉: a
+// lease's credit, and what a lease may keep of the tokens it held when
+// its key's limit changed (relimitLease).
+func (s *Store) share(l *Limit) int64 {
 	n := int64(1)
 	if o := s.owners.Load(); o != nil {
 		n = int64(len(o.ids))
 	}
 	return max((l.Burst+n-1)/n, 1)
+}
+
+// relimitLease returns lease entry i of sh (locked), kept under another
+// limit than l, as a call under l sees it, and unless dry makes l its
+// limit. A lease holds tokens taken from the owner's bucket under the
+// former limit, and perhaps credit of the former burst's share; the
+// owner's bucket, re-scaled to l, keeps at most l's burst, as one bucket
+// would, so the tokens held elsewhere must not outlive the change either:
+// the lease keeps at most l's share (share), as much as a credit under l,
+// and drops the rest, credit first. It does not give them back: the
+// owner's bucket may have spent its new burst meanwhile, and refunded
+// they would come on top of it. What the lease keeps, or takes in below,
+// stands for its credit: it takes no new one for a while (creditEvery).
+// Tokens granted
+// under the former limit that arrive later (asked for before the change)
+// are taken in only up to what the share leaves (prior, Grant). A lowered
+// limit thus bites on a lease holder at its first call under the new
+// limit, and the cluster admits after the change at most what one bucket
+// of the new limit would, full at the change, plus (N − 1) shares: the
+// bound of the credits (docs/cluster.md).
+func (s *Store) relimitLease(sh *shard, i uint32, l *Limit, now int64, dry bool) state {
+	e := sh.entry(i)
+	st := e.st
+	if now >= st.b && sh.limits[e.lim].lim.Algo.IsWindow() {
+		st.a = 0 // tokens of an ended window
+	}
+	share := s.share(l)
+	keep := min(max(st.a, 0), share)
+	// What was asked for under the former limit is no demand under this
+	// one: it would take the new burst from the owner's own callers.
+	st.a, st.c = keep, 0
+	if dry {
+		return st
+	}
+	if c := sh.credit[i]; c > 0 {
+		if c = min(c, keep); c > 0 {
+			sh.credit[i] = c
+		} else {
+			delete(sh.credit, i)
+		}
+	}
+	// Credit spent under the former limit and not yet reported is not
+	// charged: taken from the owner's bucket before the change, it would
+	// have been capped away with the rest (the bucket held more than the
+	// new burst), and charged after it, it puts a bucket of the new limit
+	// into debt for what it admitted under the old one.
+	delete(sh.owed, i)
+	e.st = st
+	sh.setLimit(e, l)
+	sh.creditAt[i] = now
+	sh.prior[i] = share - keep
+	// A request for tokens queued under the former limit goes under
+	// this one (the leaser merges the two).
+	s.flagWant(sh, i)
+	return st
 }
 
 // leaseView returns a lease as a call sees it (its shard locked): its
@@ -317,12 +379,18 @@ func (s *Store) want(lv *level, r *Request, now int64, admitted bool) {
 		bal = 0
 	}
 	if bal <= e.st.c || sh.owed[i] > 0 {
-		sh.wants[i] = struct{}{}
-		if s.wake != nil {
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
+		s.flagWant(sh, i)
+	}
+}
+
+// flagWant flags lease entry i of sh (locked) for Wants and wakes the
+// caller of Wants.
+func (s *Store) flagWant(sh *shard, i uint32) {
+	sh.wants[i] = struct{}{}
+	if s.wake != nil {
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -392,6 +460,25 @@ func (s *Store) Grant(now int64, space Space, key []byte, lim *Limit, n, expires
 		i = s.add(sh, h, key, lim, state{b: now})
 	}
 	e := sh.entry(i)
+	if cur := &sh.limits[e.lim].lim; !cur.same(lim) {
+		// Asked for under a limit this lease no longer has: the tokens
+		// come from before the change, and the lease takes in no more
+		// of them than its share leaves (relimitLease).
+		p := sh.prior[i]
+		n = min(n, p)
+		if p -= n; p > 0 {
+			sh.prior[i] = p
+		} else {
+			delete(sh.prior, i)
+		}
+		sh.left[i] = min(left, cur.Burst)
+		if n <= 0 {
+			return
+		}
+		lim = cur
+	} else {
+		delete(sh.prior, i)
+	}
 	if now >= e.st.b && lim.Algo.IsWindow() {
 		// Tokens of an ended window: the owner's window has ended too.
 		e.st.a = 0
@@ -484,9 +571,18 @@ func (s *Store) Expired(now int64, f func(space Space, key []byte, lim *Limit, n
 	}
 }
 
-// Return gives n tokens of an expired lease back to the owner's bucket.
+// Return gives n tokens of an expired lease back to the owner's bucket,
+// if it is kept under lim. Tokens of a lease under another limit were
+// taken before the limit changed (or before the holder learned of it):
+// the change capped the owner's bucket at its new burst, as it would have
+// capped one bucket holding them too, so they are not refunded on top of
+// it. A missing bucket is full: nothing goes back.
 func (s *Store) Return(now int64, space Space, key []byte, lim *Limit, n int64) {
-	s.refund(now, space&^leaseBit, key, lim, n)
+	sh, _, i, ok := s.lookup(space&^leaseBit, key)
+	defer sh.mu.Unlock()
+	if ok && sh.limits[sh.entry(i).lim].lim.same(lim) {
+		s.refundEntry(sh, i, now, lim, n, false)
+	}
 }
 
 // refundLease gives n tokens back to this node's lease of a bucket another
@@ -497,6 +593,9 @@ func (s *Store) refundLease(now int64, space Space, key []byte, lim *Limit, n in
 	defer sh.mu.Unlock()
 	bal := int64(0)
 	if ok {
+		if !sh.limits[sh.entry(i).lim].lim.same(lim) {
+			s.relimitLease(sh, i, lim, now, false)
+		}
 		if e := sh.entry(i); now < e.st.b {
 			e.st.a = min(e.st.a+n, lim.Burst)
 			bal = e.st.a

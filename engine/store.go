@@ -183,6 +183,9 @@ type shard struct {
 	// creditAt is when a lease last took a credit (creditEvery).
 	creditAt map[uint32]int64
 	left     map[uint32]int64 // the owner's tokens at a lease's last grant
+	// prior is, for a lease whose limit changed (relimitLease), how many
+	// tokens granted under its former limit it may still take in.
+	prior map[uint32]int64
 
 	qkey []byte // a quota key handed to the quota source
 	// quotas is the number of live entries in SpaceQuota, read without
@@ -205,6 +208,7 @@ func (sh *shard) init() {
 	sh.owed = make(map[uint32]int64)
 	sh.creditAt = make(map[uint32]int64)
 	sh.left = make(map[uint32]int64)
+	sh.prior = make(map[uint32]int64)
 }
 
 func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
@@ -323,6 +327,7 @@ func (sh *shard) unlink(pos uint32) {
 	delete(sh.creditAt, i)
 	delete(sh.owed, i)
 	delete(sh.left, i)
+	delete(sh.prior, i)
 	sh.dropLimit(e.lim)
 	if e.space == SpaceQuota {
 		sh.quotas.Add(-1)
