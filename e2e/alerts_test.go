@@ -488,7 +488,15 @@ func TestAlertRulesFireOnFirstIncident(t *testing.T) {
 			}
 			return false
 		})
-		if err := follower.Do(ctx, "RL.ACQUIRE", "quota-alert", "RATE", "1000", "QUOTA", "1000000", "PER", "day").Err(); err != nil {
+		// The follower cannot ask the leader for its commit index (the
+		// leader refuses its login): it answers LOADING until Raft's own
+		// view has said it is caught up for a while (docs/cluster.md).
+		var err error
+		eventually(t, 30*time.Second, "the follower to decide", func() bool {
+			err = follower.Do(ctx, "RL.ACQUIRE", "quota-alert", "RATE", "1000", "QUOTA", "1000000", "PER", "day").Err()
+			return err == nil || !strings.HasPrefix(err.Error(), "LOADING ")
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		p.becomes(t, "SluiceQuotaCountsNotCommitted", rules["SluiceQuotaCountsNotCommitted"])

@@ -166,26 +166,28 @@ func TestDeadClientsSlotsComeBackAfterTTL(t *testing.T) {
 }
 
 // At --max-reservations further reservations are refused with a clear
-// error and charge nothing; expiry makes room again.
+// error and charge nothing; expiry makes room again. (100 an hour: no token
+// refills between the calls on a loaded machine, as 100 a second did
+// every 10 ms.)
 func TestReservationCapOnTheBinary(t *testing.T) {
 	p := single(t, "--max-reservations", "3", "--reservation-ttl", "1s")
 	c := client(t, p.Resp)
 	waitReady(t, c)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		if v, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1); err != nil || v[6].(string) == "" {
+		if v, err := reserve(ctx, c, "k", "RATE", 100, "PER", "hour", "COST", 1); err != nil || v[6].(string) == "" {
 			t.Fatalf("reservation %d: %v %v", i, v, err)
 		}
 	}
-	_, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1)
+	_, err := reserve(ctx, c, "k", "RATE", 100, "PER", "hour", "COST", 1)
 	if err == nil || !strings.Contains(err.Error(), "--max-reservations") {
 		t.Fatalf("past the cap: %v", err)
 	}
-	if v, _ := c.Do(ctx, "RL.PEEK", "k", "RATE", 100, "COST", 0).Slice(); len(v) != 6 || v[1].(int64) > 97 {
+	if v, _ := c.Do(ctx, "RL.PEEK", "k", "RATE", 100, "PER", "hour", "COST", 0).Slice(); len(v) != 6 || v[1].(int64) > 97 {
 		t.Fatalf("peek: %v", v)
 	}
 	eventually(t, 5*time.Second, "room after expiry", func() bool {
-		v, err := reserve(ctx, c, "k", "RATE", 100, "COST", 1, "TTL", 60000)
+		v, err := reserve(ctx, c, "k", "RATE", 100, "PER", "hour", "COST", 1, "TTL", 60000)
 		return err == nil && v[6].(string) != ""
 	})
 	// The metrics saw three reservations expire and one open now.

@@ -60,11 +60,16 @@ func (s *Store) eval(lv *level, r *Request, now, maxWait int64, dry bool) {
 		s.evalQuota(sh, lv, r, now, st, dry)
 	default:
 		lv.out = decide(r.Limit, st, lv.exists, now, r.Cost, maxWait)
-		if lv.rescaled && !lv.out.ok && !dry && r.Cost > 0 {
+		if lv.rescaled && !lv.out.ok && !dry && r.Cost > 0 && !r.Limit.Algo.IsWindow() {
 			// A call refused under a new limit keeps the bucket under
 			// it too: else it would go on refilling at its former rate
 			// (lowered, faster) until a call is admitted, and tokens
 			// given back under the former limit would count (Return).
+			// A window does not refill: it stays under the limit it
+			// had, so that its count survives a lowering whole (what
+			// it stores is what is left, which a lower limit clips)
+			// and a limit raised again finds it, as envoyproxy/
+			// ratelimit's counters do.
 			e := sh.entry(lv.idx)
 			sh.setLimit(e, r.Limit)
 			e.st = st

@@ -212,3 +212,166 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		t.Fatalf("the cluster admitted %d of %d after %d restarts: more than one unit stranded per restart", admitted, quota, restarts)
 	}
 }
+
+// TestLLMBudgetThroughACrash runs the plan of docs/llm.md — tokens per
+// minute, requests per minute, a monthly quota of 550,000 tokens and 5
+// calls in flight, per tenant — with 20 workers reserving an estimate of
+// 2000 tokens and settling what they used (500–2000), spread over three
+// nodes; halfway, one node is killed (kill -9) and restarted. The workers
+// then spend the month with smaller calls until every node refuses. The
+// tokens the cluster admitted (each settled call's actual use, and the
+// estimate of a call whose node died before it settled: it stays charged)
+// are never more than the month, and the crash strands at most 1 % of it;
+// the calls in flight, counted by the workers, never pass 5.
+func TestLLMBudgetThroughACrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-process cluster and kills a node; skipped under -short")
+	}
+	c := newCluster(t, nil)
+	c.startAll()
+	for _, n := range c.nodes {
+		if err := deciding(n); err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+	}
+	const month, limit = 550000, 5
+	ctx := context.Background()
+	plan := fmt.Sprintf(`{"scope":"user","sustained":{"rate":100000000,"window":"minute"},"requests":{"rate":1000000,"window":"minute"},"quota":{"limit":%d,"period":"month"},"concurrency":%d}`, month, limit)
+	if err := c.nodes[0].client.Do(ctx, "RL.BUDGET", "SET", "llm", plan).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		n := n
+		if err := eventually(30*time.Second, func() error {
+			_, err := n.client.Do(ctx, "RL.BUDGET", "GET", "llm").Result()
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+	}
+	var (
+		used, inFlight, maxInFlight atomic.Int64
+		faulted                     []atomic.Bool = make([]atomic.Bool, len(c.nodes))
+		mu                          sync.Mutex
+		errs                        []string
+	)
+	fail := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) < 20 {
+			errs = append(errs, s)
+		}
+	}
+	// one reserves cost on n and settles a use of at most cost: it reports
+	// whether the call was admitted (or its node could not tell).
+	one := func(n *node, cost, use int64) bool {
+		faultedBefore := faulted[n.idx].Load()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		v, err := n.client.Do(cctx, "RL.RESERVE", "llm", "KEY", "acme", "COST", cost, "TTL", 5000).Slice()
+		if err != nil {
+			if !faultedBefore && !faulted[n.idx].Load() {
+				fail(fmt.Sprintf("%s RL.RESERVE: %v", n.id, err))
+			}
+			time.Sleep(20 * time.Millisecond)
+			return false
+		}
+		if v[0] != int64(1) {
+			return false
+		}
+		if f := inFlight.Add(1); f > maxInFlight.Load() {
+			maxInFlight.Store(f)
+		}
+		time.Sleep(time.Duration(5+use%20) * time.Millisecond)
+		inFlight.Add(-1)
+		id := v[len(v)-1]
+		if err := n.client.Do(cctx, "RL.SETTLE", id, "ACTUAL", use).Err(); err != nil {
+			// The node died with the reservation: its estimate stays
+			// charged.
+			used.Add(cost)
+			return true
+		}
+		used.Add(use)
+		return true
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 20; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			n := c.nodes[w%3]
+			for i := int64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !one(n, 2000, 500+(i*137+int64(w)*71)%1501) {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+		}(w)
+	}
+	if err := eventually(120*time.Second, func() error {
+		if u := used.Load(); u < month/2 {
+			return fmt.Errorf("%d tokens used", u)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	x := c.nodes[2]
+	faulted[x.idx].Store(true)
+	x.kill()
+	t.Logf("%s killed at %d tokens used", x.id, used.Load())
+	if err := x.start(t, c.bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := deciding(x); err != nil {
+		t.Fatal(err)
+	}
+	faulted[x.idx].Store(false)
+	t.Logf("%s back at %d tokens used", x.id, used.Load())
+	// The large calls go on until every node refuses them, then smaller
+	// ones spend what is left.
+	spent := func(cost int64) error {
+		return eventually(120*time.Second, func() error {
+			for _, n := range c.nodes {
+				for i := 0; i < 10; i++ {
+					if one(n, cost, cost) {
+						return fmt.Errorf("%s still admits %d", n.id, cost)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	err := spent(2000)
+	close(stop)
+	wg.Wait()
+	if err == nil {
+		for _, cost := range []int64{100, 1} {
+			if err = spent(cost); err != nil {
+				break
+			}
+		}
+	}
+	u := used.Load()
+	t.Logf("%d of %d tokens admitted (%.2f %% stranded); at most %d in flight", u, month, 100*float64(month-u)/month, maxInFlight.Load())
+	for _, e := range errs {
+		t.Errorf("error on a node under no fault: %s", e)
+	}
+	if u > month {
+		t.Fatalf("the cluster admitted %d tokens against a month of %d", u, month)
+	}
+	if err != nil {
+		t.Fatalf("the month was not spent: %v", err)
+	}
+	if u < month*99/100 {
+		t.Fatalf("the crash stranded %d of %d tokens, more than 1 %%", month-u, month)
+	}
+	if m := maxInFlight.Load(); m > limit {
+		t.Fatalf("%d calls in flight against a concurrency of %d", m, limit)
+	}
+}

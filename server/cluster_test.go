@@ -94,8 +94,11 @@ func TestClusterForwardsWritesAndReplicates(t *testing.T) {
 	if got := c.Do("RL.BUDGET", "SET", "tenant/b", "RATE", "0"); got != "-ERR sustained.rate must be an integer between 1 and 1000000000000" {
 		t.Fatalf("bad SET: %s", got)
 	}
-	want := leader.Raft.FSM().Applied()
-	testkit.WaitForApplied(t, want, leader.Raft, nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
+	// The follower answered OK once it had applied the write itself, so
+	// its applied index covers it even when an election moved the
+	// leadership meanwhile (the leader found above may lag behind it).
+	want := follower.Raft.FSM().Applied()
+	testkit.WaitForApplied(t, want, nodes[0].Raft, nodes[1].Raft, nodes[2].Raft)
 	v := version(t, nodes[0], "tenant/a")
 	for _, n := range nodes {
 		if got := version(t, n, "tenant/a"); got != v || got == 0 {
