@@ -199,7 +199,6 @@ func (s *Service) SlotOwnerUnreachable(id string, now int64) {
 		}
 	}
 	st.down[id] = now + int64(SlotOwnerPause)
-	st.epoch++
 }
 
 // SlotOwnerPause is how long a member that did not answer about slots is

@@ -74,11 +74,16 @@ const maxSlotSynced = 100_000
 
 // slotState is the service's side of the slots of a cluster.
 type slotState struct {
-	mu     sync.Mutex
-	down   map[string]int64 // member → ns until which it counts as unreachable
-	view   uint64
-	epoch  uint64            // bumped when the view or down changes
-	synced map[string]uint64 // key → the epoch it was synced in
+	mu    sync.Mutex
+	down  map[string]int64 // member → ns until which it counts as unreachable
+	view  uint64
+	epoch uint64 // bumped when the view changes
+	// synced: key → the epoch its holds were learnt in. A member asking
+	// for a key's holds (it takes the key over) drops the key and counts
+	// in asked, so that a round of questions it overlapped does not count.
+	// Both start again past maxSlotSynced keys.
+	synced map[string]uint64
+	asked  map[string]uint64
 }
 
 // ownersCurrent waits, up to slotAgreeWait, until the owners the store
@@ -114,10 +119,7 @@ func (s *Service) slotDown(id string, now int64) bool {
 func (s *Service) slotUp(id string) {
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
-	if _, ok := s.slots.down[id]; ok {
-		delete(s.slots.down, id)
-		s.slots.epoch++
-	}
+	delete(s.slots.down, id)
 }
 
 // routeSlot returns the member that decides key: the first of its ranking
@@ -152,10 +154,10 @@ func (s *Service) syncSlot(key []byte, now int64) error {
 		st.view = view
 		st.epoch++
 	}
-	if st.synced == nil || len(st.synced) >= maxSlotSynced {
-		st.synced = map[string]uint64{}
+	if st.synced == nil || len(st.synced) >= maxSlotSynced || len(st.asked) >= maxSlotSynced {
+		st.synced, st.asked = map[string]uint64{}, map[string]uint64{}
 	}
-	epoch := st.epoch
+	epoch, asked := st.epoch, st.asked[string(key)]
 	done := st.synced[string(key)] == epoch && epoch != 0
 	st.mu.Unlock()
 	if done || view == 0 {
@@ -224,9 +226,8 @@ func (s *Service) syncSlot(key []byte, now int64) error {
 	}
 	s.replicateKey(key)
 	st.mu.Lock()
-	// Marks set by this round's silent member do not undo it.
-	if st.epoch == epoch || silent > 0 {
-		st.synced[string(key)] = st.epoch
+	if st.epoch == epoch && st.asked[string(key)] == asked {
+		st.synced[string(key)] = epoch
 	}
 	st.mu.Unlock()
 	return nil
@@ -269,7 +270,14 @@ func (s *Service) SlotHolds(from string, view uint64, key string) ([]reserve.Cop
 	if _, err := s.member(from); err != nil {
 		return nil, err
 	}
-	s.slotUp(from)
+	st := &s.slots
+	st.mu.Lock()
+	delete(st.down, from)
+	if st.synced != nil {
+		delete(st.synced, key) // should this node decide key again, it asks first
+		st.asked[key]++
+	}
+	st.mu.Unlock()
 	now := s.Clock()
 	cs := s.Holds.Holds(key, now)
 	for i := range cs {
