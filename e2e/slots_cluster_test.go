@@ -144,3 +144,41 @@ func TestConcurrencyThroughJoinAndKill(t *testing.T) {
 		t.Fatalf("%d reservations granted in all, want the 48 of the fill", inflight)
 	}
 }
+
+// A fresh cluster's first moments: three nodes started together and asked
+// for slots as soon as each listens, from every node at once, before they
+// have elected a leader or learnt each other. No key gets more than its 2:
+// a node answers LOADING until it knows every member, and no slot is
+// granted while members rank keys over different member lists.
+func TestConcurrencyInAFreshClustersFirstMoments(t *testing.T) {
+	var ms []*member
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
+		ms = append(ms, m)
+		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
+	}
+	for _, m := range ms {
+		m.startWith(t, strings.Join(peers, ","))
+	}
+	h := &slotHeld{held: map[string]map[string]bool{}}
+	var wg sync.WaitGroup
+	for i := range 24 {
+		k := fmt.Sprintf("fresh:%d", i)
+		for _, m := range ms {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					h.reserve(t, m.c, m.id, k)
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	for i := range 24 {
+		if n := len(h.held[fmt.Sprintf("fresh:%d", i)]); n != 2 {
+			t.Errorf("fresh:%d: %d granted of 6 asked, want its 2", i, n)
+		}
+	}
+}
