@@ -279,7 +279,7 @@ func (s *Service) Renew(id string, ttl int64) (bool, error) {
 		ttl = s.reserveTTL()
 	}
 	ok, err := s.Holds.Renew(id, s.Clock(), ttl)
-	if ok && s.Slots != nil && s.Store.View() != 0 {
+	if ok && s.Slots != nil && s.Store.View() != 0 && s.Holds.Slot(id) != "" {
 		s.Slots.Renewed(id, ttl) // the copies, wherever they are, live as long
 	}
 	return ok, err

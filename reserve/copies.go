@@ -218,3 +218,18 @@ func (s *Store) HasCopy(id string) bool {
 	defer s.mu.Unlock()
 	return s.copyByID[id] != nil
 }
+
+// Slot returns the concurrency key open hold id takes a slot of ("" for
+// none, or no such hold of this node's).
+func (s *Store) Slot(id string) string {
+	n, tag, ok, _ := s.local(id)
+	if !ok {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.find(n, tag); h != nil {
+		return h.key
+	}
+	return ""
+}
