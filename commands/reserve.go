@@ -61,10 +61,21 @@ func reserveCmd(ctx *Ctx) {
 	call := la.call(rate, &ctx.S.spec)
 	call.Now = ctx.Now()
 	o := limiter.ReserveOpts{TTL: la.ttlMs * int64(time.Millisecond), Concurrency: la.concurrency}
-	if ctx.relayToSlotOwner(&call, o, la.waitMs) {
-		return
+	var out limiter.Outcome
+	var id string
+	var err error
+	// A decision chosen here while another member took the key's slots
+	// over (reserve.ErrMoved) is chosen again: a few times at most, as a
+	// takeover happens once per key and member list.
+	for try := 0; ; try++ {
+		if ctx.relayToSlotOwner(&call, o, la.waitMs) {
+			return
+		}
+		out, id, err = ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
+		if err != reserve.ErrMoved || try == 3 {
+			break
+		}
 	}
-	out, id, err := ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
 		return
@@ -164,38 +175,51 @@ func RelayToIssuer(cl Cluster, args [][]byte) (raw []byte, relayed bool, err err
 }
 
 // slotRelayTimeout bounds how long a reservation waits for the member
-// that keeps its concurrency slots, beyond its own WAIT: that member
-// answers from memory, so a second is long; one that does not is skipped
-// for limiter.SlotOwnerPause and the slots are counted here meanwhile.
-const slotRelayTimeout = time.Second
+// that decides its concurrency slots, beyond its own WAIT: that member
+// answers from memory, after asking the others once per key and member
+// list (a second at most each), so three seconds is long; one that does
+// not answer is skipped for limiter.SlotOwnerPause, and the next member of
+// the key's ranking decides meanwhile.
+const slotRelayTimeout = 3 * time.Second
 
-// relayToSlotOwner sends RL.RESERVE to the member that keeps the
-// concurrency slots of its key, when another member does, and writes its
-// reply (its id names that member, so RL.SETTLE finds it from any node):
-// a concurrency limit then holds across the cluster. It returns false,
-// having replied nothing, when this node decides: no slot to take, its
-// own key, a command relayed here, or an owner that did not answer (the
-// bounded local mode of docs/cluster.md).
+// relayToSlotOwner sends RL.RESERVE to the member that decides the
+// concurrency slots of its key (limiter.Service.SlotOwner), when another
+// member does, and writes its reply (its id names that member, so
+// RL.SETTLE finds it from any node): a concurrency limit then holds across
+// the cluster. A member that does not answer is marked unreachable and the
+// next one of the key's ranking is asked. It returns false, having
+// replied nothing, when this node decides: no slot to take, this node
+// first of the members it can reach in the key's ranking. A reservation
+// relayed here is relayed on the same way — only ever to a member ranked
+// above this one, so never in a loop.
 func (ctx *Ctx) relayToSlotOwner(call *limiter.Call, o limiter.ReserveOpts, waitMs int64) bool {
 	cl := ctx.Env.Cluster
-	if cl == nil || strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+	if cl == nil {
 		return false
 	}
-	owner, err := ctx.Env.Service.SlotOwner(call, o, &ctx.S.scratch)
-	if err != nil || owner == "" {
-		return false // Reservation answers the error
+	svc := ctx.Env.Service
+	for {
+		owner, err := svc.SlotOwner(call, o, &ctx.S.scratch)
+		if err != nil {
+			ctx.Conn.WriteError(err.Error())
+			return true
+		}
+		if owner == "" {
+			return false
+		}
+		m, known := cl.State().Members[owner]
+		if !known || m.RespAddr == "" {
+			svc.SlotOwnerUnreachable(owner, svc.Clock())
+			continue
+		}
+		raw, err := cl.RelayTo(m.RespAddr, ctx.Args, slotRelayTimeout+time.Duration(waitMs)*time.Millisecond)
+		if err != nil {
+			svc.SlotOwnerUnreachable(owner, svc.Clock())
+			continue
+		}
+		ctx.writeRelayed(raw)
+		return true
 	}
-	m, known := cl.State().Members[owner]
-	if !known || m.RespAddr == "" {
-		return false
-	}
-	raw, err := cl.RelayTo(m.RespAddr, ctx.Args, slotRelayTimeout+time.Duration(waitMs)*time.Millisecond)
-	if err != nil {
-		ctx.Env.Service.SlotOwnerUnreachable(owner, ctx.Env.Service.Clock())
-		return false
-	}
-	ctx.writeRelayed(raw)
-	return true
 }
 
 // writeBool replies :1 or :0, or the error.

@@ -614,3 +614,61 @@ func (e *entry) idleAt(l *Limit) int64 {
 	}
 	return e.st.b + LeaseTTL + refillTime(l, l.Burst)
 }
+
+// Ranking appends to dst the members in the rendezvous order of key in
+// space, the owner first, and returns it; nil with fewer than two
+// members. Two members keep their relative order in every membership
+// that holds both: a member that joins only inserts itself, one that
+// leaves only drops out.
+func (s *Store) Ranking(space Space, key []byte, dst []string) []string {
+	o := s.owners.Load()
+	if o == nil {
+		return dst
+	}
+	h := fnv64(key, uint64(space))
+	idx := make([]int, len(o.ids))
+	for i := range idx {
+		idx[i] = i
+	}
+	// Highest score first; on a tie the member first in id order, as of.
+	sort.SliceStable(idx, func(a, b int) bool {
+		return mix64(h^o.seeds[idx[a]]) > mix64(h^o.seeds[idx[b]])
+	})
+	for _, i := range idx {
+		dst = append(dst, o.ids[i])
+	}
+	return dst
+}
+
+// View identifies the membership ownership is computed over: equal on
+// two nodes when they rank keys alike (0 for a node alone).
+func (s *Store) View() uint64 {
+	o := s.owners.Load()
+	if o == nil {
+		return 0
+	}
+	return ViewOf(o.ids)
+}
+
+// ViewOf is the View of a node whose owners are members (in any order).
+func ViewOf(members []string) uint64 {
+	if len(members) < 2 {
+		return 0
+	}
+	ids := append([]string(nil), members...)
+	sort.Strings(ids)
+	v := uint64(len(ids))
+	for _, id := range ids {
+		v = mix64(v ^ fnv64([]byte(id), 0))
+	}
+	return v
+}
+
+// Self returns this node's id among the owners, "" for a node alone.
+func (s *Store) Self() string {
+	o := s.owners.Load()
+	if o == nil || o.self < 0 {
+		return ""
+	}
+	return o.ids[o.self]
+}

@@ -12,7 +12,6 @@
 package limiter
 
 import (
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
@@ -37,6 +36,11 @@ type Scratch struct {
 	b    budget.Scratch
 	lim  engine.Limit // a bucket's own limit, when the call names none
 	slot []byte       // an inline reservation's concurrency key
+	// slotGen is the reservation store's generation when SlotOwner chose
+	// to decide here (slotHere): the decision is taken again if another
+	// member asked for the key's holds meanwhile.
+	slotGen  uint64
+	slotHere bool
 }
 
 // Cluster is the replicated state a service reads and writes; a
@@ -95,10 +99,10 @@ type Service struct {
 	// the keys admitted and refused most, each budget node's counts.
 	Recorder *usage.Recorder
 
-	// slotsDown: members that did not answer a relayed reservation, and
-	// until when (ns) their slots are counted here.
-	slotsMu   sync.Mutex
-	slotsDown map[string]int64
+	// Slots reaches the other members about concurrency slots (slots.go);
+	// nil: this node counts its own.
+	Slots SlotPeers
+	slots slotState
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 

@@ -55,14 +55,28 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 		ttl = s.reserveTTL()
 	}
 	deadline := now + c.WaitMs*int64(time.Millisecond)
-	h, out, now, err := s.slot(now, deadline, ttl, key, n, w)
+	here, gen := sc.slotHere && n > 0, sc.slotGen
+	sc.slotHere = false
+	if here {
+		// This node decides the key for the cluster: it first learns the
+		// holds the other members know of.
+		if err := s.syncSlot(key, now); err != nil {
+			return Outcome{}, "", err
+		}
+	}
+	h, out, now, err := s.slot(now, deadline, ttl, key, n, w, here, gen)
 	if h == nil {
 		return out, "", err
 	}
 	if !c.Inline() && o.Concurrency > 0 {
 		h.Label = "inline"
 		s.event("reserved", h)
-		return s.slotOnly(h, key, n), s.Holds.Commit(h), nil
+		out := s.slotOnly(h, key, n, now)
+		id := s.Holds.Commit(h)
+		if here {
+			s.copySlot(key, id, h.Expires-now)
+		}
+		return out, id, nil
 	}
 	call := *c
 	call.Now = now
@@ -73,6 +87,9 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 	out, err = s.Acquire(&call, sc, w)
 	if err != nil || out.Allowed != 1 {
 		s.Holds.Abort(h)
+		if here {
+			s.slotEnded(h) // a member may have learnt of it meanwhile
+		}
 		return out, "", err
 	}
 	h.Estimate, h.Label, h.Waited = out.Cost, out.Label, s.Cluster.State().Tree.Waits(&call)
@@ -81,7 +98,11 @@ func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (O
 	}
 	s.record(h, sc)
 	s.event("reserved", h)
-	return out, s.Holds.Commit(h), nil
+	id := s.Holds.Commit(h)
+	if here {
+		s.copySlot(key, id, h.Expires-now)
+	}
+	return out, id, nil
 }
 
 // record copies into h every request the call admitted on sc charged.
@@ -124,70 +145,87 @@ func (s *Service) slotKey(c *Call, o ReserveOpts, sc *Scratch) ([]byte, int64, e
 }
 
 // SlotOwner returns the member that decides reservation c when c takes a
-// concurrency slot and another member owns the slot's key (rendezvous
-// hashing over the members, as for token leases): every reservation of
-// one key is then decided on one node, and the limit holds across the
-// cluster. It returns "" when this node decides: no slot, a node alone,
-// this node's own key, or an owner this node marked unreachable (then the
-// slots are counted here meanwhile, a bounded local mode: docs/cluster.md).
+// concurrency slot and another member does (slots.go): the first member
+// of the key's rendezvous ranking this node has not found unreachable.
+// Every reservation of one key is then decided on one node, and the limit
+// holds across the cluster. It returns "" when this node decides: no
+// slot, a node alone, this node first in the ranking, or every member
+// above it unreachable. Every member relays the same way, so a
+// reservation relayed here whose key another member decides goes on to
+// it: up the ranking only, never in a loop.
 func (s *Service) SlotOwner(c *Call, o ReserveOpts, sc *Scratch) (string, error) {
+	sc.slotHere = false
 	if s.Holds == nil || len(c.With) > 0 || c.DryRun {
 		return "", nil // Reservation answers these
 	}
+	// A node that has not caught up does not know the members yet: it
+	// routes nothing before it has.
+	if err := s.loaded(); err != nil {
+		return "", err
+	}
+	sc.slotGen = s.Holds.Gen()
 	key, n, err := s.slotKey(c, o, sc)
 	if err != nil || n == 0 {
 		return "", err
-	}
-	id, self := s.Store.Owner(engine.SpaceInline, key)
-	if self || s.Store.OwnerDown(id) {
-		return "", nil
 	}
 	now := c.Now
 	if now == 0 {
 		now = s.Clock()
 	}
-	s.slotsMu.Lock()
-	defer s.slotsMu.Unlock()
-	if now < s.slotsDown[id] {
-		return "", nil
+	if s.Slots != nil {
+		if err := s.ownersCurrent(); err != nil {
+			return "", err
+		}
 	}
+	id := s.routeSlot(key, now)
+	sc.slotHere = id == "" && s.Slots != nil
 	return id, nil
 }
 
-// SlotOwnerUnreachable records that member id did not answer a relayed
-// reservation at now: for SlotOwnerPause its slots are counted here, so
-// that calls do not each wait for it.
+// SlotOwnerUnreachable records that member id did not answer about slots
+// at now: for SlotOwnerPause the next member of each of its keys' ranking
+// decides them — its backup, which keeps copies of its holds — so that
+// calls do not each wait for it.
 func (s *Service) SlotOwnerUnreachable(id string, now int64) {
-	s.slotsMu.Lock()
-	defer s.slotsMu.Unlock()
-	if s.slotsDown == nil {
-		s.slotsDown = map[string]int64{}
+	st := &s.slots
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.down == nil {
+		st.down = map[string]int64{}
 	}
-	for m, till := range s.slotsDown { // members only: a handful
+	for m, till := range st.down { // members only: a handful
 		if now >= till {
-			delete(s.slotsDown, m)
+			delete(st.down, m)
 		}
 	}
-	s.slotsDown[id] = now + int64(SlotOwnerPause)
+	st.down[id] = now + int64(SlotOwnerPause)
 }
 
-// SlotOwnerPause is how long a member that did not answer a relayed
-// reservation is not asked again.
+// SlotOwnerPause is how long a member that did not answer about slots is
+// not asked again.
 const SlotOwnerPause = time.Second
 
 // slotOnly describes a reservation that takes a slot and no tokens: the
 // slots left of the key's n.
-func (s *Service) slotOnly(h *reserve.Hold, key []byte, n int64) Outcome {
-	left := n - int64(s.Holds.InFlight(string(key)))
+func (s *Service) slotOnly(h *reserve.Hold, key []byte, n, now int64) Outcome {
+	left := n - int64(s.Holds.Counted(string(key), now))
 	return Outcome{Allowed: 1, LimitedBy: key, Result: engine.Result{Allowed: true, Remaining: max(left, 0), Limit: n}}
 }
 
 // slot opens a hold with a slot of key (limit n), waiting until deadline
 // for one to free if need be. It returns the hold and the time it got it,
 // or no hold and the refusal (or error) to answer.
-func (s *Service) slot(now, deadline, ttl int64, key []byte, n int64, w Watcher) (*reserve.Hold, Outcome, int64, error) {
+func (s *Service) slot(now, deadline, ttl int64, key []byte, n int64, w Watcher, here bool, gen uint64) (*reserve.Hold, Outcome, int64, error) {
 	for {
-		h, retry, wake, err := s.Holds.Open(now, ttl, key, n)
+		var h *reserve.Hold
+		var retry int64
+		var wake <-chan struct{}
+		var err error
+		if here {
+			h, retry, wake, err = s.Holds.OpenAt(now, ttl, key, n, gen)
+		} else {
+			h, retry, wake, err = s.Holds.Open(now, ttl, key, n)
+		}
 		if h != nil || err != nil {
 			return h, Outcome{}, now, err
 		}
@@ -213,6 +251,7 @@ func (s *Service) Settle(id string, n int64) (Outcome, error) {
 	}
 	now := s.Clock()
 	s.adjust(h, now, n-h.Estimate, false)
+	s.slotEnded(h)
 	s.event("settled", h)
 	return s.describe(h, now), nil
 }
@@ -225,6 +264,7 @@ func (s *Service) Release(id string) (bool, error) {
 		return false, err
 	}
 	s.adjust(h, s.Clock(), -h.Estimate, true)
+	s.slotEnded(h)
 	s.event("released", h)
 	return true, nil
 }
@@ -238,7 +278,11 @@ func (s *Service) Renew(id string, ttl int64) (bool, error) {
 	if ttl == 0 {
 		ttl = s.reserveTTL()
 	}
-	return s.Holds.Renew(id, s.Clock(), ttl)
+	ok, err := s.Holds.Renew(id, s.Clock(), ttl)
+	if ok && s.Slots != nil && s.Store.View() != 0 && s.Holds.Slot(id) != "" {
+		s.Slots.Renewed(id, ttl) // the copies, wherever they are, live as long
+	}
+	return ok, err
 }
 
 // ExpireReservations settles at their estimate the reservations whose
@@ -248,7 +292,10 @@ func (s *Service) ExpireReservations(now int64) int {
 	if s.Holds == nil {
 		return 0
 	}
-	return s.Holds.Expire(now, func(h *reserve.Hold) { s.event("expired", h) })
+	return s.Holds.Expire(now, func(h *reserve.Hold) {
+		s.slotEnded(h)
+		s.event("expired", h)
+	})
 }
 
 // event tells the Reserved hook, if any.

@@ -296,16 +296,23 @@ func TestSlotOwner(t *testing.T) {
 	}
 	o := owner(theirs)
 	s.SlotOwnerUnreachable(o, *now)
-	if got := owner(theirs); got != "" {
-		t.Fatalf("an owner that did not answer is asked again at once (%q)", got)
+	next := s.Store.Ranking(engine.SpaceInline, []byte("concurrency:"+theirs), nil)[1] // its backup
+	if next == "n1" {
+		next = ""
+	}
+	if got := owner(theirs); got != next {
+		t.Fatalf("an owner that did not answer: the key goes to %q, want its backup %q", got, next)
 	}
 	*now += int64(limiter.SlotOwnerPause)
 	if got := owner(theirs); got != o {
 		t.Fatalf("after the pause the owner is %q, want %q again", got, o)
 	}
+	// An owner the leases found down is still asked: only what answers
+	// about slots decides who decides them (a mark the leases keep could
+	// outlive the owner's return, and two members would decide).
 	s.Store.SetOwnerDown(o, true)
-	if got := owner(theirs); got != "" {
-		t.Fatalf("an owner the leases found down is still asked (%q)", got)
+	if got := owner(theirs); got != o {
+		t.Fatalf("an owner the leases found down is skipped (%q)", got)
 	}
 	// The budget form: the node's slot key, per subject.
 	s.Store.SetOwnerDown(o, false)

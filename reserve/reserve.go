@@ -48,6 +48,7 @@ type Hold struct {
 
 	id    uint64
 	tag   uint64 // the id's unguessable half
+	key   string // the concurrency key of its slot, "" for none
 	arena []byte
 	group *group
 	gi    int // index in group.held
@@ -101,13 +102,23 @@ type Store struct {
 	byID   map[uint64]*Hold
 	exp    expiry
 	groups map[string]*group
+
+	// Copies of holds other nodes issued (copies.go): key → id → copy,
+	// and every copy by id and by expiry. At most max.
+	copies   map[string]map[string]*copyEntry
+	copyByID map[string]*copyEntry
+	cexp     copyExpiry
+	// gen counts the times another member asked for a key's holds
+	// (Holds): a decision chosen before one is taken again (OpenAt).
+	gen uint64
 }
 
 // New returns a store for node (the id every reservation carries) holding
 // at most max reservations; ids count up from seed, so that a restarted
 // node does not hand out the ids of its previous life.
 func New(node string, max int, seed uint64) *Store {
-	return &Store{node: node, max: max, next: seed, byID: map[uint64]*Hold{}, groups: map[string]*group{}}
+	return &Store{node: node, max: max, next: seed, byID: map[uint64]*Hold{}, groups: map[string]*group{},
+		copies: map[string]map[string]*copyEntry{}, copyByID: map[string]*copyEntry{}}
 }
 
 // Errors of the store, with their reply codes.
@@ -115,6 +126,10 @@ var (
 	// ErrFull refuses a reservation while the node holds its maximum.
 	ErrFull = &fault.Error{Code: "ERR", Msg: "too many open reservations (--max-reservations): settle or release some, or wait for their TTL to expire them"}
 )
+
+// ErrMoved answers OpenAt when another member asked for the key's holds
+// since the caller chose to decide here: it must choose again.
+var ErrMoved = &fault.Error{Code: "TRYAGAIN", Msg: "the concurrency slots of this key are moving to another node: try again", Retry: true}
 
 // ErrUnknown is the reply to an id this node holds nothing for.
 func ErrUnknown(id string) error {

@@ -11,9 +11,29 @@ import "container/heap"
 func (s *Store) Open(now, ttl int64, key []byte, n int64) (h *Hold, retry int64, wake <-chan struct{}, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.open1(now, ttl, key, n)
+}
+
+// OpenAt is Open for a node that decides key's slots for the cluster: the
+// copies it keeps of other nodes' holds of key count as held, and it
+// returns ErrMoved, taking nothing, when gen is no longer the store's
+// (Gen): another member asked for key's holds since the caller chose to
+// decide here, and the caller must choose again.
+func (s *Store) OpenAt(now, ttl int64, key []byte, n int64, gen uint64) (h *Hold, retry int64, wake <-chan struct{}, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen {
+		return nil, 0, nil, ErrMoved
+	}
+	return s.open1(now, ttl, key, n)
+}
+
+// open1 is Open (s.mu held).
+func (s *Store) open1(now, ttl int64, key []byte, n int64) (h *Hold, retry int64, wake <-chan struct{}, err error) {
 	if s.open >= s.max {
 		return nil, 0, nil, ErrFull
 	}
+	s.expireCopies(now)
 	var g *group
 	if n > 0 && len(key) > 0 {
 		g = s.groups[string(key)]
@@ -22,29 +42,43 @@ func (s *Store) Open(now, ttl int64, key []byte, n int64) (h *Hold, retry int64,
 			s.groups[g.key] = g
 		}
 		g.limit = n // the latest call's limit governs
-		if int64(len(g.held)) >= n {
+		cs := s.copies[g.key]
+		if int64(len(g.held)+len(cs)) >= n {
 			if g.wake == nil {
 				g.wake = make(chan struct{})
 			}
-			return nil, g.retry(now), g.wake, nil
+			return nil, g.retry(now, cs), g.wake, nil
 		}
 	}
 	h = &Hold{Expires: now + ttl, group: g, hi: -1}
+	// The id is the hold's from the start, so that a member asking for
+	// the key's holds meanwhile (Holds) learns of it before its charge.
+	s.next++
+	h.id = s.next
+	if s.tags != nil {
+		h.tag = s.tags()
+	}
 	if g != nil {
 		h.gi = len(g.held)
+		h.key = g.key
 		g.held = append(g.held, h)
 	}
 	s.open++
 	return h, 0, nil, nil
 }
 
-// retry returns the ns until the earliest of g's held slots expires (at
-// least 1).
-func (g *group) retry(now int64) int64 {
-	first := int64(0)
-	for i, h := range g.held {
-		if i == 0 || h.Expires < first {
+// retry returns the ns until the earliest of g's held slots, and of the
+// copies cs of its key, expires (at least 1).
+func (g *group) retry(now int64, cs map[string]*copyEntry) int64 {
+	first := int64(-1)
+	for _, h := range g.held {
+		if first < 0 || h.Expires < first {
 			first = h.Expires
+		}
+	}
+	for _, c := range cs {
+		if first < 0 || c.expires < first {
+			first = c.expires
 		}
 	}
 	return max(first-now, 1)
@@ -54,11 +88,6 @@ func (g *group) retry(now int64) int64 {
 func (s *Store) Commit(h *Hold) string {
 	h.fixLevels()
 	s.mu.Lock()
-	s.next++
-	h.id = s.next
-	if s.tags != nil {
-		h.tag = s.tags()
-	}
 	s.byID[h.id] = h
 	heap.Push(&s.exp, h)
 	s.mu.Unlock()
@@ -143,6 +172,7 @@ func (s *Store) Renew(id string, now, ttl int64) (bool, error) {
 func (s *Store) Expire(now int64, f func(*Hold)) int {
 	var due []*Hold
 	s.mu.Lock()
+	s.expireCopies(now)
 	for len(s.exp) > 0 && s.exp[0].Expires <= now {
 		h := s.exp[0]
 		s.remove(h)
@@ -168,7 +198,8 @@ func (s *Store) NextExpiry() (int64, bool) {
 	return s.exp[0].Expires, true
 }
 
-// InFlight returns how many slots of key are taken.
+// InFlight returns how many slots of key this node's own reservations
+// take.
 func (s *Store) InFlight(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,6 +207,19 @@ func (s *Store) InFlight(key string) int {
 		return len(g.held)
 	}
 	return 0
+}
+
+// Counted returns how many slots of key count as taken here: this node's
+// own reservations and the copies it keeps of others' (AddCopy).
+func (s *Store) Counted(key string, now int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireCopies(now)
+	n := len(s.copies[key])
+	if g := s.groups[key]; g != nil {
+		n += len(g.held)
+	}
+	return n
 }
 
 // expiry is a min-heap of committed holds by Expires.

@@ -84,6 +84,8 @@ func (l *leaser) run() {
 		if ids := l.memberIDs(); !sameIDs(ids, members) {
 			members = ids
 			store.SetOwners(self, members)
+			// A key's backup may have changed: its slots' copies go there.
+			go l.n.Server.svc.ReplicateSlots()
 		}
 		if len(members) < 2 {
 			continue // a node alone owns every bucket: no leases to tend

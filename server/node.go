@@ -122,6 +122,8 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	go y.run(cfg.SyncInterval)
 	n.startQuotaSync(&cfg)
 	n.startReservations(&cfg)
+	slotClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-slots:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
+	s.svc.Slots = newSlotPeers(n, slotClient)
 	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
 	go newLeaser(n, leaseClient).run()
 	go n.watchLoading(cfg.LoadingTimeout)

@@ -67,6 +67,7 @@ func TestInternalCommandsOnlyFromNodes(t *testing.T) {
 				{"RL.QUOTASYNC", id, forgedBatch(t, uint64(time.Now().UnixNano()), 3)},
 				{"RL.SYNC", id, "x"},
 				{"RL.LEASE", id, "x"},
+				{"RL.SLOT", id, "HOLDS", "1", "k"},
 				{"RL.CLUSTER", "APPLY", forgedEntry(id, uint64(time.Now().UnixNano()), nil)},
 				{"RL.CLUSTER", "JOIN", "intruder", "127.0.0.1:1", "127.0.0.1:2", "AUTO"},
 				{"RL.CLUSTER", "JOIN", "intruder", "127.0.0.1:1", "127.0.0.1:2", "AUTO", "FRESH"},
