@@ -262,37 +262,38 @@ func TestLLMBudgetThroughACrash(t *testing.T) {
 			errs = append(errs, s)
 		}
 	}
-	// one reserves cost on n and settles a use of at most cost: it reports
-	// whether the call was admitted (or its node could not tell).
-	one := func(n *node, cost, use int64) bool {
+	// one reserves cost on n, holds it for hold and settles a use of at
+	// most cost. It answers whether the call was admitted, and the error
+	// of a call that got none (an error on a node under no fault is
+	// recorded as a failure).
+	one := func(n *node, cost, use int64, hold time.Duration) (bool, error) {
 		faultedBefore := faulted[n.idx].Load()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		v, err := n.client.Do(cctx, "RL.RESERVE", "llm", "KEY", "acme", "COST", cost, "TTL", 5000).Slice()
 		if err != nil {
-			if !faultedBefore && !faulted[n.idx].Load() {
+			if !faultedBefore && !faulted[n.idx].Load() && !strings.HasPrefix(err.Error(), "TRYAGAIN ") {
 				fail(fmt.Sprintf("%s RL.RESERVE: %v", n.id, err))
 			}
-			time.Sleep(20 * time.Millisecond)
-			return false
+			return false, err
 		}
 		if v[0] != int64(1) {
-			return false
+			return false, nil
 		}
 		if f := inFlight.Add(1); f > maxInFlight.Load() {
 			maxInFlight.Store(f)
 		}
-		time.Sleep(time.Duration(5+use%20) * time.Millisecond)
+		time.Sleep(hold)
 		inFlight.Add(-1)
 		id := v[len(v)-1]
 		if err := n.client.Do(cctx, "RL.SETTLE", id, "ACTUAL", use).Err(); err != nil {
 			// The node died with the reservation: its estimate stays
 			// charged.
 			used.Add(cost)
-			return true
+			return true, nil
 		}
 		used.Add(use)
-		return true
+		return true, nil
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -307,7 +308,13 @@ func TestLLMBudgetThroughACrash(t *testing.T) {
 					return
 				default:
 				}
-				if !one(n, 2000, 500+(i*137+int64(w)*71)%1501) {
+				// A call runs 80–120 ms: with 5 in flight the month lasts
+				// about ten seconds, so the crash comes with half of it
+				// left.
+				use := 500 + (i*137+int64(w)*71)%1501
+				if ok, err := one(n, 2000, use, time.Duration(80+use%40)*time.Millisecond); err != nil {
+					time.Sleep(20 * time.Millisecond)
+				} else if !ok {
 					time.Sleep(2 * time.Millisecond)
 				}
 			}
@@ -334,12 +341,16 @@ func TestLLMBudgetThroughACrash(t *testing.T) {
 	faulted[x.idx].Store(false)
 	t.Logf("%s back at %d tokens used", x.id, used.Load())
 	// The large calls go on until every node refuses them, then smaller
-	// ones spend what is left.
+	// ones spend what is left, each settled at once.
 	spent := func(cost int64) error {
 		return eventually(120*time.Second, func() error {
 			for _, n := range c.nodes {
 				for i := 0; i < 10; i++ {
-					if one(n, cost, cost) {
+					ok, err := one(n, cost, cost, 0)
+					if err != nil {
+						return fmt.Errorf("%s: %v", n.id, err)
+					}
+					if ok {
 						return fmt.Errorf("%s still admits %d", n.id, cost)
 					}
 				}
