@@ -147,27 +147,10 @@ func (s *Store) Gen() uint64 {
 }
 
 // copyExpiry is a min-heap of copies by expiry.
-type copyExpiry []*copyEntry
+type copyExpiry = expiryHeap[*copyEntry]
 
-func (e copyExpiry) Len() int           { return len(e) }
-func (e copyExpiry) Less(i, j int) bool { return e[i].expires < e[j].expires }
-func (e copyExpiry) Swap(i, j int) {
-	e[i], e[j] = e[j], e[i]
-	e[i].hi, e[j].hi = i, j
-}
-func (e *copyExpiry) Push(x any) {
-	c := x.(*copyEntry)
-	c.hi = len(*e)
-	*e = append(*e, c)
-}
-func (e *copyExpiry) Pop() any {
-	old := *e
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	*e = old[:len(old)-1]
-	c.hi = -1
-	return c
-}
+func (c *copyEntry) expiresAt() int64 { return c.expires }
+func (c *copyEntry) setIndex(i int)   { c.hi = i }
 
 // Slotted is one of this node's open holds that takes a slot.
 type Slotted struct {

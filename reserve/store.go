@@ -223,26 +223,38 @@ func (s *Store) Counted(key string, now int64) int {
 }
 
 // expiry is a min-heap of committed holds by Expires.
-type expiry []*Hold
+type expiry = expiryHeap[*Hold]
 
-func (e expiry) Len() int           { return len(e) }
-func (e expiry) Less(i, j int) bool { return e[i].Expires < e[j].Expires }
-func (e expiry) Swap(i, j int) {
+func (h *Hold) expiresAt() int64 { return h.Expires }
+func (h *Hold) setIndex(i int)   { h.hi = i }
+
+// expiryHeap is a container/heap of items by their expiry, each item
+// knowing its index in the heap (for heap.Fix and heap.Remove).
+type expiryHeap[T interface {
+	expiresAt() int64
+	setIndex(int)
+}] []T
+
+func (e expiryHeap[T]) Len() int           { return len(e) }
+func (e expiryHeap[T]) Less(i, j int) bool { return e[i].expiresAt() < e[j].expiresAt() }
+func (e expiryHeap[T]) Swap(i, j int) {
 	e[i], e[j] = e[j], e[i]
-	e[i].hi, e[j].hi = i, j
+	e[i].setIndex(i)
+	e[j].setIndex(j)
 }
-func (e *expiry) Push(x any) {
-	h := x.(*Hold)
-	h.hi = len(*e)
-	*e = append(*e, h)
+func (e *expiryHeap[T]) Push(x any) {
+	t := x.(T)
+	t.setIndex(len(*e))
+	*e = append(*e, t)
 }
-func (e *expiry) Pop() any {
+func (e *expiryHeap[T]) Pop() any {
 	old := *e
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
+	var zero T
+	t := old[len(old)-1]
+	old[len(old)-1] = zero
 	*e = old[:len(old)-1]
-	h.hi = -1
-	return h
+	t.setIndex(-1)
+	return t
 }
 
 // Waiters reports whether anyone waits for a slot of key (1) or not (0).
