@@ -181,20 +181,27 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	restart(ld, syscall.SIGKILL, true)
 	t.Logf("the leader %s killed and restarted: %d admitted so far", ld.id, l.admitted.Load())
 	// Drive on until the quota is spent: every node refuses 50 calls in a
-	// row, or 90 s pass.
+	// row, or 90 s pass. A node that admits is asked again at once.
 	done := eventually(90*time.Second, func() error {
+		var last error
 		for _, n := range c.nodes {
-			for i := 0; i < 50; i++ {
+			for refused := 0; refused < 50; {
 				ok, err := acquireQuota(n.client, "change/quota", quota)
-				if ok {
-					l.admitted.Add(1)
+				if err != nil {
+					return fmt.Errorf("%s: %v", n.id, err)
 				}
-				if err != nil || ok {
-					return fmt.Errorf("%s still admits (%v)", n.id, err)
+				if ok {
+					if l.admitted.Add(1) > int64(quota) {
+						return nil // over the quota: failed below
+					}
+					last = fmt.Errorf("%s still admits", n.id)
+					refused = 0
+				} else {
+					refused++
 				}
 			}
 		}
-		return nil
+		return last
 	})
 	l.end()
 	admitted := l.admitted.Load()
@@ -342,21 +349,38 @@ func TestLLMBudgetThroughACrash(t *testing.T) {
 	t.Logf("%s back at %d tokens used", x.id, used.Load())
 	// The large calls go on until every node refuses them, then smaller
 	// ones spend what is left, each settled at once.
+	// A node that admits is asked again at once, so the rest is spent as
+	// fast as the nodes grant it; the month is spent when every node
+	// refuses ten calls in a row.
 	spent := func(cost int64) error {
-		return eventually(120*time.Second, func() error {
+		deadline := time.Now().Add(120 * time.Second)
+		for {
+			var last error
 			for _, n := range c.nodes {
-				for i := 0; i < 10; i++ {
+				for refused := 0; refused < 10 && time.Now().Before(deadline); {
 					ok, err := one(n, cost, cost, 0)
-					if err != nil {
-						return fmt.Errorf("%s: %v", n.id, err)
-					}
-					if ok {
-						return fmt.Errorf("%s still admits %d", n.id, cost)
+					switch {
+					case err != nil:
+						last = fmt.Errorf("%s: %v", n.id, err)
+						refused = 10
+					case ok && used.Load() > month:
+						return nil // over the month: failed below
+					case ok:
+						last = fmt.Errorf("%s still admits %d", n.id, cost)
+						refused = 0
+					default:
+						refused++
 					}
 				}
 			}
-			return nil
-		})
+			if last == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("after 2m0s: %v", last)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	err := spent(2000)
 	close(stop)

@@ -22,6 +22,13 @@ var (
 	buildDir  string
 	buildPath string
 	buildErr  error
+
+	// clockEnv sets the limit clock of every node this test binary starts
+	// (a build with the testclock tag reads it): noon on the 15th of a
+	// month, running from when the binary started. A day or month quota
+	// then never ends during a test, at whatever hour the test runs, and
+	// every node, restarted or not, reads the same time.
+	clockEnv = "SLUICE_TEST_CLOCK=2027-01-15T12:00:00Z@" + time.Now().UTC().Format(time.RFC3339Nano)
 )
 
 func TestMain(m *testing.M) {
@@ -38,8 +45,8 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-// sluiceBinary returns $SLUICE_CHAOS_BINARY, or builds ./cmd/sluice once for
-// the whole test binary (tests under -short never get here, so they do not
+// sluiceBinary returns $SLUICE_CHAOS_BINARY, or builds ./cmd/sluice with
+// the testclock tag (clockEnv) once for the whole test binary (tests under -short never get here, so they do not
 // pay for the build).
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
@@ -56,7 +63,7 @@ func sluiceBinary(t *testing.T) string {
 			return
 		}
 		buildPath = filepath.Join(buildDir, "sluice")
-		out, err := exec.Command("go", "build", "-o", buildPath, "../cmd/sluice").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", "testclock", "-o", buildPath, "../cmd/sluice").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
 		}
@@ -213,6 +220,7 @@ func (n *node) start(t *testing.T, bin string) error {
 	} else {
 		cmd = exec.Command(bin, n.args...)
 	}
+	cmd.Env = append(os.Environ(), clockEnv)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
