@@ -34,13 +34,15 @@ func rssOf(t *testing.T, pid int) (now, peak int64) {
 
 // TestTransactionsStayWithinClientBuffers: 32 connections each open a
 // transaction and queue 1 MiB ECHOs until the server refuses one, with
-// --max-client-buffers at 256 MiB. The bytes the server counts stay
-// within the flag (plus each connection's first 16 KiB read buffer), and
-// its resident memory at its peak grows by less than 1.5 times the flag
-// (it grew by 2.0 times before the runtime's memory limit followed the
-// flag, memlimit.go; 1.07 to 1.25 times after, on an idle machine).
+// --max-client-buffers at its default of 1 GiB. The bytes the server
+// counts stay within the flag (plus each connection's first 16 KiB read
+// buffer), and the whole process's resident memory at its peak stays
+// within the flag and a tenth (2.1 GiB before the runtime's memory limit
+// followed the flag, memlimit.go; 1.21 to 1.29 times the flag while a
+// transaction's queue grew by copying and took a copy of each command's
+// read buffer; 1.06 to 1.07 times since, beside a busy CPU).
 func TestTransactionsStayWithinClientBuffers(t *testing.T) {
-	const bound, conns, arg = 256 << 20, 32, 1 << 20
+	const bound, conns, arg = 1 << 30, 32, 1 << 20
 	p := single(t, "--max-client-buffers", strconv.Itoa(bound), "--max-bulk-len", strconv.Itoa(2<<20))
 	base, _ := rssOf(t, p.cmd.Process.Pid)
 	echo := fmt.Sprintf("*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", arg, strings.Repeat("x", arg))
@@ -94,16 +96,16 @@ func TestTransactionsStayWithinClientBuffers(t *testing.T) {
 	wg.Wait()
 	accounted := metricValue(t, p.HTTP, "sluice_client_buffers_bytes")
 	rss, peak := rssOf(t, p.cmd.Process.Pid)
-	t.Logf("%d ECHOs of %d KiB queued, %d connections refused; counted %.1f MiB; RSS %.1f MiB at the start, %.1f MiB now, %.1f MiB at the peak (+%.1f MiB, %.2f times the bound of %d MiB)",
-		queued, arg>>10, refused, accounted/(1<<20), mib(base), mib(rss), mib(peak), mib(peak-base), float64(peak-base)/bound, bound>>20)
+	t.Logf("%d ECHOs of %d KiB queued, %d connections refused; counted %.1f MiB; RSS %.1f MiB at the start, %.1f MiB now, %.1f MiB at the peak (%.2f times the bound of %d MiB)",
+		queued, arg>>10, refused, accounted/(1<<20), mib(base), mib(rss), mib(peak), float64(peak)/bound, bound>>20)
 	if refused == 0 {
 		t.Errorf("%d connections queued %d MiB and none was refused", conns, 2*bound>>20)
 	}
 	if most := float64(bound + (conns+2)*16<<10); accounted > most {
 		t.Errorf("counted %.0f bytes of client buffers, over %.0f", accounted, most)
 	}
-	if grew := peak - base; float64(grew) > 1.5*bound {
-		t.Errorf("resident memory grew by %.1f MiB at its peak under a bound of %d MiB", mib(grew), bound>>20)
+	if float64(peak) > 1.1*bound {
+		t.Errorf("resident memory reached %.1f MiB at its peak under a bound of %d MiB", mib(peak), bound>>20)
 	}
 }
 
