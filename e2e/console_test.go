@@ -46,6 +46,32 @@ func artifactDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// browser starts a headless Chromium with a profile of its own and
+// returns its context, with one deadline for the whole session: generous,
+// since a loaded machine starts Chromium slowly; the tests wait on what
+// the page shows, not on time. It ends with the test.
+func browser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	bctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancelBrowser(); cancelAlloc() })
+	return bctx
+}
+
 // TestConsoleInChromium drives the web console (/ui/) in a headless
 // Chromium against the real binary with a password set: it logs in, finds
 // a tenant's quota bar and the most refused key, sees both change as more
@@ -105,29 +131,7 @@ func TestConsoleInChromium(t *testing.T) {
 		do("RL.RESERVE", "tenants/batch", "COST", 1, "TTL", 600000)
 	}
 
-	// Chromium, headless, with a profile of its own.
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	// One deadline for the whole browser session: generous, since a loaded
-	// machine starts Chromium slowly; every step below waits on what the
-	// page shows, not on time.
-	bctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
-	defer cancelTimeout()
+	bctx := browser(t, chromium)
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(bctx, actions...); err != nil {

@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // clusterRoles returns GET /v1/cluster's members as id → role.
@@ -31,8 +34,10 @@ func clusterRoles(addr string) (map[string]string, error) {
 // survivor's RL.CLUSTER NODES and /v1/cluster call it unreachable (SPEC
 // §5), each survivor probing on its own; restarted, it is a follower
 // again everywhere. The time each took is logged (the promise: within
-// 5 s of the kill).
+// 5 s of the kill). A survivor's web console, in Chromium, shows it
+// unreachable in its cluster table as well.
 func TestDeadNodeShowsUnreachable(t *testing.T) {
+	chromium := requireChromium(t)
 	ms, peers := threeNodes(t)
 	dead := leader(t, ms)
 	var alive []*member
@@ -75,6 +80,18 @@ func TestDeadNodeShowsUnreachable(t *testing.T) {
 			}
 		}
 	}
+	// The console polls /v1/cluster every 2 s and marks the role.
+	bctx := browser(t, chromium)
+	cell := fmt.Sprintf(`document.querySelector('#cluster-body tr[data-member=%q] td.role-unreachable')`, dead.id)
+	shown := fmt.Sprintf(`(() => { const e = %s; return !!e && e.textContent === 'unreachable'; })()`, cell)
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+alive[0].p.HTTP+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](shown, chromedp.WithPollingTimeout(90*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		html, _ := chromedp.Run(bctx, chromedp.OuterHTML(chromedp.CSS("#cluster-body")))
+		t.Fatalf("%s's console does not show %s unreachable: %v\n%s", alive[0].id, dead.id, err, html)
+	}
+	t.Logf("%s's console shows %s unreachable", alive[0].id, dead.id)
 	dead.startWith(t, peers)
 	restarted := time.Now()
 	for _, m := range append(alive, dead) {
