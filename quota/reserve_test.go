@@ -171,16 +171,7 @@ func TestSpendMarksBoundWhatACrashStrands(t *testing.T) {
 	if err := marks.Begin(self); err != nil {
 		t.Fatal(err)
 	}
-	r := &Reserver{Self: self, Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
-		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}, Marks: marks}
-	r.Propose = func(items []Item) error { return nil }
-	r.Init()
-	st.SetQuotaGate(r)
-	spec := Spec{N: 600}
-	spec.Period, _ = ParsePeriod("day", "")
-	lim, _ := spec.Limit()
-	start, end := spec.Period.Bounds(now)
-	call := func() bool { return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed }
+	r, start, end, call := dayQuota(st, &now, marks, func(*Reserver, []Item) error { return nil })
 	if call() {
 		t.Fatal("admitted with nothing granted")
 	}
@@ -281,16 +272,7 @@ func TestStoppingNodeGivesBackWhatItHolds(t *testing.T) {
 	now := t0
 	st := engine.New(engine.Options{Shards: 2})
 	var proposed []Item
-	r := &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
-		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}}
-	r.Propose = func(items []Item) error { proposed = append(proposed, items...); return nil }
-	r.Init()
-	st.SetQuotaGate(r)
-	spec := Spec{N: 600}
-	spec.Period, _ = ParsePeriod("day", "")
-	lim, _ := spec.Limit()
-	start, end := spec.Period.Bounds(now)
-	call := func() bool { return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed }
+	r, start, end, call := dayQuota(st, &now, nil, func(_ *Reserver, items []Item) error { proposed = append(proposed, items...); return nil })
 	call()
 	r.Granted("n1@a", []Item{{Key: "i|k", Start: start, End: end, Limit: 600, Used: 600}}, []int64{10})
 	for i := 0; i < 3; i++ {
@@ -315,21 +297,13 @@ func TestForgottenCounterKeepsItsSpentFrame(t *testing.T) {
 	dir := t.TempDir()
 	st := engine.New(engine.Options{Shards: 2})
 	marks, _, _ := OpenMarks(dir)
-	r := &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return now }, Members: func() int { return 3 },
-		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}, Marks: marks}
-	r.Propose = func(items []Item) error { // wants find nothing left
+	r, start, end, acquire := dayQuota(st, &now, marks, func(r *Reserver, items []Item) error { // wants find nothing left
 		r.Granted("n1@a", items, make([]int64, len(items)))
 		return nil
-	}
-	r.Init()
-	st.SetQuotaGate(r)
-	spec := Spec{N: 600}
-	spec.Period, _ = ParsePeriod("day", "")
-	lim, _ := spec.Limit()
-	start, end := spec.Period.Bounds(now)
+	})
 	call := func() bool {
 		r.writeMarks()
-		return st.Acquire(now, spec.Request(&lim, []byte("i|k"), now, 1), 0, false).Allowed
+		return acquire()
 	}
 	grant := func(n int64) {
 		r.Granted("n1@a", []Item{{Key: "i|k", Start: start, End: end, Limit: 600, Used: 600}}, []int64{n})
@@ -363,4 +337,21 @@ func TestForgottenCounterKeepsItsSpentFrame(t *testing.T) {
 	if err != nil || len(lives) != 1 || len(lives[0].Marks) != 1 || lives[0].Marks[0].Used < 6 || lives[0].Marks[0].Used > 7 {
 		t.Fatalf("rewritten: %+v %v", lives, err)
 	}
+}
+
+// dayQuota makes the Reserver of node n1@a, one of three, over st, with
+// marks (nil: none) and propose as its Propose; it returns it, the bounds
+// of the day at *now, and a call of a day quota of 600 on key i|k at *now.
+func dayQuota(st *engine.Store, now *int64, marks *Marks, propose func(*Reserver, []Item) error) (r *Reserver, start, end int64, call func() bool) {
+	r = &Reserver{Self: "n1@a", Store: st, Clock: func() int64 { return *now }, Members: func() int { return 3 },
+		Committed: func(string) (Item, bool) { return Item{}, false }, Log: slog.Default(), Reserved: &count{}, Failed: &count{}, Marks: marks}
+	r.Propose = func(items []Item) error { return propose(r, items) }
+	r.Init()
+	st.SetQuotaGate(r)
+	spec := Spec{N: 600}
+	spec.Period, _ = ParsePeriod("day", "")
+	lim, _ := spec.Limit()
+	start, end = spec.Period.Bounds(*now)
+	call = func() bool { return st.Acquire(*now, spec.Request(&lim, []byte("i|k"), *now, 1), 0, false).Allowed }
+	return r, start, end, call
 }
