@@ -692,7 +692,11 @@ func (e *docEnv) shell(cmdline string, stdin string) (string, error) {
 	if err := os.WriteFile(f, []byte(cmdline+"\n"), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a loaded machine stretches a loop of redis-cli runs
+	// A loaded machine stretches a loop of redis-cli runs: beside the
+	// other packages' tests and two CPU hogs, docs/cluster.md's quota
+	// loop (twenty-odd redis-cli runs and ten quiet seconds) outlasted
+	// two minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	var cmd *exec.Cmd
 	if stdin == "" {
@@ -715,8 +719,14 @@ func (e *docEnv) shell(cmdline string, stdin string) (string, error) {
 	cmd.Env = e.environ()
 	out, err := cmd.CombinedOutput()
 	s := strings.ReplaceAll(string(out), "\r\n", "\n")
+	if ctx.Err() != nil {
+		s += fmt.Sprintf("(killed after %v)\n", cmdTimeout)
+	}
 	return e.unmapPorts(s), err
 }
+
+// cmdTimeout bounds one command of a doc block.
+const cmdTimeout = 5 * time.Minute
 
 // A docStep is one command of a block and the output the block shows.
 type docStep struct {
