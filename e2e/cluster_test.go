@@ -59,6 +59,17 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // leader returns the member every running member names as leader.
+// others returns the members of ms but x, in their order.
+func others(ms []*member, x *member) []*member {
+	var out []*member
+	for _, m := range ms {
+		if m != x {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func leader(t *testing.T, ms []*member) *member {
 	t.Helper()
 	var l *member
@@ -95,13 +106,7 @@ func TestThreeProcessCluster(t *testing.T) {
 		m.start(t, peerList)
 	}
 	l := leader(t, ms)
-	var follower *member
-	for _, m := range ms {
-		if m != l {
-			follower = m
-			break
-		}
-	}
+	follower := others(ms, l)[0]
 	// A write sent to a follower is applied everywhere with one version.
 	if got := do(t, follower.c, "RL.BUDGET", "SET", "acme", "RATE", "100", "PER", "minute", "SHARING", "enforce"); got != "OK" {
 		t.Fatalf("SET via follower: %v", got)
@@ -118,14 +123,8 @@ func TestThreeProcessCluster(t *testing.T) {
 
 	// kill -9 the leader: a new one is elected and writes go through any
 	// surviving node.
-	l.p.cmd.Process.Kill()
-	<-l.p.exited
-	var alive []*member
-	for _, m := range ms {
-		if m != l {
-			alive = append(alive, m)
-		}
-	}
+	l.p.kill9()
+	alive := others(ms, l)
 	leader(t, alive)
 	for i, m := range alive {
 		path := fmt.Sprintf("acme/t%d", i)

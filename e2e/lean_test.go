@@ -77,15 +77,8 @@ func TestWriteDuringFailoverSucceeds(t *testing.T) {
 	ms, peerList := threeNodes(t)
 	for round := 0; round < 3; round++ {
 		l := leader(t, ms)
-		var follower *member
-		for _, m := range ms {
-			if m != l {
-				follower = m
-				break
-			}
-		}
-		l.p.cmd.Process.Kill()
-		<-l.p.exited
+		follower := others(ms, l)[0]
+		l.p.kill9()
 		start := time.Now()
 		path := fmt.Sprintf("failover/r%d", round)
 		got, err := follower.c.Do(context.Background(), "RL.BUDGET", "SET", path, "RATE", "7").Result()

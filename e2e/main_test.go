@@ -132,6 +132,12 @@ func (p *proc) Log() string {
 	return p.log.String()
 }
 
+// kill9 kills the process (SIGKILL) and waits until it has exited.
+func (p *proc) kill9() {
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // stop sends SIGTERM and returns the exit error.
 func (p *proc) stop() error {
 	p.cmd.Process.Signal(os.Interrupt)

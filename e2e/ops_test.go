@@ -214,15 +214,8 @@ func TestOperatorLogs(t *testing.T) {
 	}
 
 	// Kill -9 a follower; watch the leader's log for a while.
-	var f *member
-	for _, m := range ms {
-		if m != l {
-			f = m
-			break
-		}
-	}
-	f.p.cmd.Process.Kill()
-	<-f.p.exited
+	f := others(ms, l)[0]
+	f.p.kill9()
 	down := "peer=" + f.id + " raft=" + f.raft
 	eventually(t, 10*time.Second, "the leader to report the peer down", func() bool {
 		return logCount(l.p, "msg=\"peer unreachable\" component=raft "+down) == 1
@@ -256,12 +249,7 @@ func TestOperatorLogs(t *testing.T) {
 	if err := l.p.stop(); err != nil {
 		t.Fatal(err)
 	}
-	var rest []*member
-	for _, m := range ms {
-		if m != l {
-			rest = append(rest, m)
-		}
-	}
+	rest := others(ms, l)
 	nl := leader(t, rest)
 	nterm := nl.info(t)["term"]
 	for _, m := range rest {

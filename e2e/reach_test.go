@@ -40,12 +40,7 @@ func TestDeadNodeShowsUnreachable(t *testing.T) {
 	chromium := requireChromium(t)
 	ms, peers := threeNodes(t)
 	dead := leader(t, ms)
-	var alive []*member
-	for _, m := range ms {
-		if m != dead {
-			alive = append(alive, m)
-		}
-	}
+	alive := others(ms, dead)
 	roles := func(m *member) (nodes, api string) {
 		rows, err := nodeRows(m)
 		if err == nil && rows[dead.id] != nil {
@@ -61,8 +56,7 @@ func TestDeadNodeShowsUnreachable(t *testing.T) {
 			t.Fatalf("%s sees the leader %s as %q (NODES) and %q (/v1/cluster)", m.id, dead.id, nodes, api)
 		}
 	}
-	dead.p.cmd.Process.Kill()
-	<-dead.p.exited
+	dead.p.kill9()
 	killed := time.Now()
 	for _, m := range alive {
 		eventually(t, 30*time.Second, m.id+" to show "+dead.id+" unreachable", func() bool {

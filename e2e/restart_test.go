@@ -38,8 +38,7 @@ func TestRestartedNodeNeverDecidesFromAnOlderTree(t *testing.T) {
 		}
 		eventually(t, 20*time.Second, "the victim to apply "+path, func() bool { return budgetVersion(t, victim.c, path) != 0 })
 
-		victim.p.cmd.Process.Kill()
-		<-victim.p.exited
+		victim.p.kill9()
 		// 300 entries the victim misses, the lowering of its path among
 		// them (in the middle), sent by four writers to the survivors.
 		var wg sync.WaitGroup

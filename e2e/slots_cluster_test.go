@@ -114,23 +114,9 @@ func TestConcurrencyThroughJoinAndKill(t *testing.T) {
 	h.full(t, "after n4 joined", all, keys)
 
 	// kill -9 a node that does not lead; the survivors decide its keys.
-	l := leader(t, ms)
-	var victim *member
-	for _, m := range ms {
-		if m != l {
-			victim = m
-			break
-		}
-	}
-	victim.p.cmd.Process.Kill()
-	<-victim.p.exited
-	var rest []*member
-	for _, m := range all {
-		if m != victim {
-			rest = append(rest, m)
-		}
-	}
-	h.full(t, "while "+victim.id+" is down", rest, keys)
+	victim := others(ms, leader(t, ms))[0]
+	victim.p.kill9()
+	h.full(t, "while "+victim.id+" is down", others(all, victim), keys)
 
 	victim.startWith(t, peers)
 	waitReady(t, victim.c)

@@ -80,15 +80,9 @@ func TestNineNodesKeepThreeVoters(t *testing.T) {
 
 	// Kill -9 a voter (the leader, the hardest case: an election first).
 	l := leader(t, ms)
-	l.p.cmd.Process.Kill()
-	<-l.p.exited
+	l.p.kill9()
 	killed := time.Now()
-	var alive []*member
-	for _, m := range ms {
-		if m != l {
-			alive = append(alive, m)
-		}
-	}
+	alive := others(ms, l)
 	// The new leader first: the replacement's time is counted from it, so
 	// that a slow election on a loaded machine is not charged to it.
 	newLeader := leader(t, alive)
