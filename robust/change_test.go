@@ -92,6 +92,19 @@ func deciding(n *node) error {
 	})
 }
 
+// decidingCluster starts three nodes and waits until each decides.
+func decidingCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := newCluster(t, nil)
+	c.startAll()
+	for _, n := range c.nodes {
+		if err := deciding(n); err != nil {
+			t.Fatalf("%s: %v", n.id, err)
+		}
+	}
+	return c
+}
+
 // TestRollingRestartUnderLoad drives a calendar quota of 600 a day from
 // every node while the cluster goes through what a deployment does to it: a
 // rolling restart (SIGTERM, restart on the data directory, wait until the
@@ -106,13 +119,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster and restarts every node; skipped under -short")
 	}
-	c := newCluster(t, nil)
-	c.startAll()
-	for _, n := range c.nodes {
-		if err := deciding(n); err != nil {
-			t.Fatalf("%s: %v", n.id, err)
-		}
-	}
+	c := decidingCluster(t)
 	const quota = 600
 	call := []any{"RL.ACQUIRE", "change/quota", "RATE", 1000000, "QUOTA", quota, "PER", "day"}
 	// Six callers, each a call every 200 ms: the quota lasts through the
@@ -234,13 +241,7 @@ func TestLLMBudgetThroughACrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster and kills a node; skipped under -short")
 	}
-	c := newCluster(t, nil)
-	c.startAll()
-	for _, n := range c.nodes {
-		if err := deciding(n); err != nil {
-			t.Fatalf("%s: %v", n.id, err)
-		}
-	}
+	c := decidingCluster(t)
 	const month, limit = 550000, 5
 	ctx := context.Background()
 	plan := fmt.Sprintf(`{"scope":"user","sustained":{"rate":100000000,"window":"minute"},"requests":{"rate":1000000,"window":"minute"},"quota":{"limit":%d,"period":"month"},"concurrency":%d}`, month, limit)
