@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -502,4 +503,53 @@ func TestRemovedNodeRejoinsOnlyAfresh(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the moved node to apply a configuration with itself", func() bool {
 		return !moved.fresh.Load() && !moved.Removed()
 	})
+}
+
+// Under steady writes a node rarely has nothing committed left to apply at
+// one instant, so a health check asking that (Ready) would flap; ReadyWithin
+// waits for what was committed when asked and holds on every node, while a
+// node alone without a leader stays not ready.
+func TestReadyWithinHoldsUnderSteadyWrites(t *testing.T) {
+	nodes, opts := cluster(t, 3, nil)
+	leader := testkit.WaitForLeader(t, nodes...)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				leader.Apply(setEntry(t, fmt.Sprintf("w%d-%d", w, i%50), `{"sustained":{"rate":5}}`))
+			}
+		}(w)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the writes to reach every node", func() bool {
+		for _, n := range nodes {
+			if n.FSM().Applied() < 20 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := 0; i < 100; i++ {
+		for _, n := range nodes {
+			if !n.ReadyWithin(5 * time.Second) {
+				t.Fatalf("check %d: %s not ready under steady writes (applied %d, commit %d)", i, n.ID(), n.AppliedIndex(), n.raft.CommitIndex())
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for _, n := range nodes {
+		n.Shutdown()
+	}
+	alone := open(t, opts[1])
+	if alone.ReadyWithin(200 * time.Millisecond) {
+		t.Fatal("ready without a leader")
+	}
 }

@@ -137,6 +137,33 @@ func (n *Node) Ready() bool {
 	return commit > 0 && n.AppliedIndex() >= commit
 }
 
+// ReadyWithin is Ready for a health check: rather than ask that nothing
+// committed be left to apply at one instant (never true for long on a node
+// under steady writes, so /readyz would flap), it waits up to d for the
+// node to apply what was committed when asked. A node that lags further
+// than d can apply, knows no leader, or was removed is not ready.
+func (n *Node) ReadyWithin(d time.Duration) bool {
+	if n.Ready() {
+		return true
+	}
+	if n.removed.Load() {
+		return false
+	}
+	if addr, _ := n.raft.LeaderWithID(); addr == "" {
+		return false
+	}
+	commit := n.raft.CommitIndex()
+	if commit == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if !n.waitApplied(ctx, commit) {
+		return false
+	}
+	return n.raft.State() != raft.Leader || n.readTerm.Load() == n.raft.CurrentTerm()
+}
+
 // AppliedIndex returns the index up to which the state machine has applied
 // the log. Raft's own applied index moves when an entry is handed to the
 // state machine, not when it is applied; the state machine's counts only

@@ -113,7 +113,7 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	rn.FSM().SetMaxQuotaCounters(cfg.MaxQuotas)
 	s.svc.Store.SetQuotaSource(rn.FSM())
 	s.env.Info = func(sec string) []commands.InfoField { return raftInfo(rn, sec) }
-	s.SetReady(rn.Ready)
+	s.SetReady(func() bool { return rn.ReadyWithin(time.Second) })
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
 	n := &Node{Server: s, Raft: rn, log: log, failed: make(chan error, 1), stop: make(chan struct{})}
 	s.env.Metrics.Registry.MustRegister(syncLagCollector{n})
