@@ -231,48 +231,49 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 		return
 	}
 	// The queue's memory counts in the bound on all clients' buffers
-	// (Env.ClientMemory): it grows here, a chunk at a time, once the bound
-	// has room for it, so that many connections each queuing less than
-	// MaxQueuedBytes cannot hold any amount together. A large command
-	// takes its read buffer instead, when the connection gives it up.
+	// (Env.ClientMemory): the arena grows here, by doubling, once the
+	// bound has room for it, so that many connections each queuing less
+	// than MaxQueuedBytes cannot hold any amount together.
 	d, donor := c.(BufferDonor)
 	donor = donor && size >= donateAbove
-	bytes, argc := size-16*len(args), len(args)
-	full := func() {
+	bytes := size - 16*len(args)
+	if donor {
+		bytes = -1 // room for the donated buffer's header, no bytes
+	}
+	if !t.reserve(env, bytes, len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
 		t.dirty = true
 		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
-	}
-	want := bytes
-	if donor {
-		want = -1 // room for the donated buffer's header, no bytes
-	}
-	if !t.reserve(env, want, len(t.spans)+argc, len(t.cmds)+1, argc) {
-		full()
 		return
 	}
-	var buf []byte
+	q := queued{cmd: cm, first: len(t.spans), argc: len(args)}
 	if donor {
-		if buf = d.DonateBuffer(); buf == nil && !t.reserve(env, bytes, len(t.spans)+argc, len(t.cmds)+1, argc) {
-			full()
+		if buf := d.DonateBuffer(); buf != nil {
+			// Counted by the connection until now, by the queue from now.
+			t.chunks = append(t.chunks, buf[:cap(buf)])
+			t.chunkCap += cap(buf)
+			t.held += int64(cap(buf))
+			for _, a := range args {
+				t.spans = append(t.spans, a[:len(a):len(a)])
+				t.used += len(a)
+			}
+			t.cmds = append(t.cmds, q)
+			t.queued.Store(int32(len(t.cmds)))
+			t.mem.Store(t.footprint())
+			c.WriteString("QUEUED")
+			return
+		}
+		if !t.reserve(env, size-16*len(args), len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
+			t.dirty = true
+			c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
 			return
 		}
 	}
-	if buf != nil {
-		// Counted by the connection until now, by the queue from now.
-		t.chunks = append(t.chunks, buf[:cap(buf)])
-		t.chunkCap += cap(buf)
-		t.held += int64(cap(buf))
-	}
-	q := queued{cmd: cm, first: len(t.spans), argc: argc}
 	for _, a := range args {
-		if buf == nil { // copied into the chunk being filled
-			ch := t.chunks[t.cur]
-			start := len(ch)
-			ch = append(ch, a...)
-			t.chunks[t.cur] = ch
-			a = ch[start:]
-		}
-		t.spans = append(t.spans, a[:len(a):len(a)])
+		ch := t.chunks[t.cur]
+		start := len(ch)
+		ch = append(ch, a...)
+		t.chunks[t.cur] = ch
+		t.spans = append(t.spans, ch[start:len(ch):len(ch)])
 		t.used += len(a)
 	}
 	t.cmds = append(t.cmds, q)
