@@ -30,21 +30,13 @@ const MaxQueuedBytes = 64 << 20
 // touches it, except queued and mem, which CLIENT LIST reads.
 type tx struct {
 	on, dirty bool
-	// chunks hold the queued commands' argument bytes. A full chunk is
-	// followed by a new one rather than copied into a larger one: growing
-	// by copying left the old copy behind as garbage, as much again as
-	// the queue, which resident memory showed above --max-client-buffers.
-	chunks   [][]byte
-	cur      int      // the chunk being filled
-	fillCap  int      // the capacity of the last chunk made to be filled
-	chunkCap int      // the chunks' capacity together
-	used     int      // the queued argument bytes
-	spans    [][]byte // each argument, in a chunk
-	cmds     []queued
-	args     [][]byte // reused to run each queued command
-	argc     int      // the most arguments of a queued command (args' size at EXEC)
-	queued   atomic.Int32
-	mem      atomic.Int64
+	arena     []byte   // the queued commands' argument bytes
+	spans     [][2]int // each argument: start and end in arena
+	cmds      []queued
+	args      [][]byte // reused to run each queued command
+	argc      int      // the most arguments of a queued command (args' size at EXEC)
+	queued    atomic.Int32
+	mem       atomic.Int64
 	// held is what the queue takes of Env.ClientMemory, given back with
 	// it (endTx; Session.Close when the connection ends).
 	held    int64
@@ -119,9 +111,9 @@ func execCmd(ctx *Ctx) {
 	pending, replies := 0, 0
 	for _, q := range t.cmds {
 		args := t.args[:0]
-		for _, a := range t.spans[q.first : q.first+q.argc] {
-			args = append(args, a)
-			pending += len(a)
+		for _, sp := range t.spans[q.first : q.first+q.argc] {
+			args = append(args, t.arena[sp[0]:sp[1]:sp[1]])
+			pending += sp[1] - sp[0]
 		}
 		t.args = args
 		if ok, e := s.Allowed(q.cmd); !ok { // AUTH or RESET earlier in the queue may have changed the role
@@ -157,15 +149,10 @@ func (s *Session) endTx() {
 	t := &s.tx
 	t.on, t.dirty, s.caching = false, false, false
 	if t.footprint() > keepQueue {
-		t.drop()
+		t.arena, t.spans, t.cmds, t.args, t.argc = nil, nil, nil, nil, 0
 		t.giveBack()
 	}
-	for i := range t.chunks {
-		t.chunks[i] = t.chunks[i][:0]
-	}
-	t.cur, t.used = 0, 0
-	clear(t.spans)
-	t.spans, t.cmds = t.spans[:0], t.cmds[:0]
+	t.arena, t.spans, t.cmds = t.arena[:0], t.spans[:0], t.cmds[:0]
 	clear(t.args)
 	t.queued.Store(-1)
 	t.mem.Store(0)
@@ -174,12 +161,6 @@ func (s *Session) endTx() {
 // keepQueue is the largest queue a connection keeps for its next
 // transaction (it still counts in the client memory bound).
 const keepQueue = 64 << 10
-
-// drop forgets the queue's memory.
-func (t *tx) drop() {
-	t.chunks, t.spans, t.cmds, t.args = nil, nil, nil, nil
-	t.cur, t.fillCap, t.chunkCap, t.used, t.argc = 0, 0, 0, 0, 0
-}
 
 // giveBack returns what the queue took of the client memory bound.
 func (t *tx) giveBack() {
@@ -193,7 +174,7 @@ func (t *tx) giveBack() {
 // when its connection ends.
 func (s *Session) Close() {
 	s.tx.on = false
-	s.tx.drop()
+	s.tx.arena, s.tx.spans, s.tx.cmds, s.tx.args, s.tx.argc = nil, nil, nil, nil, 0
 	s.tx.giveBack()
 }
 
@@ -205,27 +186,15 @@ func (s *Session) flagTx() {
 	}
 }
 
-// BufferDonor is a Writer whose read buffer a transaction's queue can
-// take (the server's connections): DonateBuffer gives up the buffer the
-// command just parsed lies in, still counted in Env.ClientMemory, when it
-// was grown for that command, and reads on with a new first buffer; nil
-// when it keeps it. The queue then keeps the arguments where they are: a
-// large command costs no copy, and the buffer no garbage.
-type BufferDonor interface{ DonateBuffer() []byte }
-
-// donateAbove is the smallest command whose read buffer a queue takes.
-const donateAbove = 256 << 10
-
 // queue copies a command into the transaction (its arguments alias the
-// connection's read buffer), or takes the read buffer whole for a large
-// command, and answers +QUEUED.
+// connection's read buffer) and answers +QUEUED.
 func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	t := &s.tx
 	size := 0
 	for _, a := range args {
 		size += len(a) + 16
 	}
-	if t.used+16*len(t.spans)+size > MaxQueuedBytes {
+	if len(t.arena)+16*len(t.spans)+size > MaxQueuedBytes {
 		t.dirty = true
 		c.WriteError("ERR transaction too large: at most " + strconv.Itoa(MaxQueuedBytes) + " bytes of queued commands; EXEC will be refused")
 		return
@@ -234,47 +203,16 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	// (Env.ClientMemory): the arena grows here, by doubling, once the
 	// bound has room for it, so that many connections each queuing less
 	// than MaxQueuedBytes cannot hold any amount together.
-	d, donor := c.(BufferDonor)
-	donor = donor && size >= donateAbove
-	bytes := size - 16*len(args)
-	if donor {
-		bytes = -1 // room for the donated buffer's header, no bytes
-	}
-	if !t.reserve(env, bytes, len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
+	if !t.reserve(env, len(t.arena)+size, len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
 		t.dirty = true
 		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
 		return
 	}
 	q := queued{cmd: cm, first: len(t.spans), argc: len(args)}
-	if donor {
-		if buf := d.DonateBuffer(); buf != nil {
-			// Counted by the connection until now, by the queue from now.
-			t.chunks = append(t.chunks, buf[:cap(buf)])
-			t.chunkCap += cap(buf)
-			t.held += int64(cap(buf))
-			for _, a := range args {
-				t.spans = append(t.spans, a[:len(a):len(a)])
-				t.used += len(a)
-			}
-			t.cmds = append(t.cmds, q)
-			t.queued.Store(int32(len(t.cmds)))
-			t.mem.Store(t.footprint())
-			c.WriteString("QUEUED")
-			return
-		}
-		if !t.reserve(env, size-16*len(args), len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
-			t.dirty = true
-			c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
-			return
-		}
-	}
 	for _, a := range args {
-		ch := t.chunks[t.cur]
-		start := len(ch)
-		ch = append(ch, a...)
-		t.chunks[t.cur] = ch
-		t.spans = append(t.spans, ch[start:len(ch):len(ch)])
-		t.used += len(a)
+		start := len(t.arena)
+		t.arena = append(t.arena, a...)
+		t.spans = append(t.spans, [2]int{start, len(t.arena)})
 	}
 	t.cmds = append(t.cmds, q)
 	t.queued.Store(int32(len(t.cmds)))
@@ -283,59 +221,34 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 }
 
 // Bytes per element of the queue's slices, as the bound counts them: a
-// chunk, a span and an argument of the slice EXEC reuses are slice
-// headers, a queued command a pointer and two ints.
+// span is two ints, a queued command a pointer and two ints, an argument
+// of the slice EXEC reuses a slice header.
 const (
-	sliceBytes  = int64(unsafe.Sizeof([]byte(nil)))
+	spanBytes   = int64(unsafe.Sizeof([2]int{}))
 	queuedBytes = int64(unsafe.Sizeof(queued{}))
+	argBytes    = int64(unsafe.Sizeof([]byte(nil)))
 )
 
-// Chunk sizes: the first holds firstChunk bytes, each next one twice its
-// predecessor up to maxChunk, or a command's arguments together if more.
-// Unfilled, the last chunk wastes less than maxChunk.
-const (
-	firstChunk = 4 << 10
-	maxChunk   = 1 << 20
-)
-
-// queueBytes is the memory of a queue with these capacities: its chunks'
-// bytes and headers, its arguments' spans, its commands, and the argument
-// slice EXEC fills, as long as the longest command.
-func queueBytes(chunkCap, chunks, spans, cmds, argc int) int64 {
-	return int64(chunkCap) + sliceBytes*int64(chunks+spans+argc) + queuedBytes*int64(cmds)
+// queueBytes is the memory of a queue with these capacities: its
+// arguments' bytes, their spans, its commands, and the argument slice
+// EXEC fills, as long as the longest command.
+func queueBytes(arena, spans, cmds, argc int) int64 {
+	return int64(arena) + spanBytes*int64(spans) + queuedBytes*int64(cmds) + argBytes*int64(argc)
 }
 
 // footprint is what the queue holds now, counted in the bound.
 func (t *tx) footprint() int64 {
-	return queueBytes(t.chunkCap, cap(t.chunks), cap(t.spans), cap(t.cmds), max(cap(t.args), t.argc))
+	return queueBytes(cap(t.arena), cap(t.spans), cap(t.cmds), max(cap(t.args), t.argc))
 }
 
-// reserve grows the queue to take a command of size argument bytes,
-// spans arguments and cmds commands of up to argc arguments, if the
-// client memory bound has room for the growth: every slice the queue
-// grows counts, not only its bytes. A size of -1 makes room for one more
-// chunk's header, not for bytes (a donated read buffer).
-func (t *tx) reserve(env *Env, size, spans, cmds, argc int) bool {
-	// The first chunk from the current one on with room for the command;
-	// none: a new one, after the last.
-	newChunk, header := 0, size < 0
-	if size >= 0 {
-		for t.cur < len(t.chunks) && cap(t.chunks[t.cur])-len(t.chunks[t.cur]) < size {
-			t.cur++
-		}
-		if t.cur == len(t.chunks) {
-			newChunk = firstChunk
-			if t.fillCap > 0 {
-				newChunk = min(2*t.fillCap, maxChunk)
-			}
-			newChunk = max(newChunk, size)
-			header = true
-		}
-	}
-	nk, ns, nc := cap(t.chunks), cap(t.spans), cap(t.cmds)
+// reserve grows the queue to hold arena bytes, spans arguments and cmds
+// commands of up to argc arguments, if the client memory bound has room
+// for the growth: every slice the queue grows counts, not only its bytes.
+func (t *tx) reserve(env *Env, arena, spans, cmds, argc int) bool {
+	na, ns, nc := cap(t.arena), cap(t.spans), cap(t.cmds)
 	argc = max(argc, t.argc, cap(t.args))
-	if header && len(t.chunks) == nk {
-		nk = max(2*nk, 4)
+	if arena > na {
+		na = max(arena, min(2*na, MaxQueuedBytes))
 	}
 	if spans > ns {
 		ns = max(spans, 2*ns)
@@ -343,26 +256,21 @@ func (t *tx) reserve(env *Env, size, spans, cmds, argc int) bool {
 	if cmds > nc {
 		nc = max(cmds, 2*nc, 4)
 	}
-	if newChunk == 0 && nk == cap(t.chunks) && ns == cap(t.spans) && nc == cap(t.cmds) && argc == max(t.argc, cap(t.args)) {
+	if na == cap(t.arena) && ns == cap(t.spans) && nc == cap(t.cmds) && argc == max(t.argc, cap(t.args)) {
 		return true
 	}
-	mem := queueBytes(t.chunkCap+newChunk, nk, ns, nc, argc)
+	mem := queueBytes(na, ns, nc, argc)
 	if env.ClientMemory != nil {
 		if !env.ClientMemory(mem - t.held) {
 			return false
 		}
 		t.release, t.held = env.ClientMemory, mem
 	}
-	if nk > cap(t.chunks) {
-		t.chunks = append(make([][]byte, 0, nk), t.chunks...)
-	}
-	if newChunk > 0 {
-		t.chunks = append(t.chunks, make([]byte, 0, newChunk))
-		t.chunkCap += newChunk
-		t.fillCap = newChunk
+	if na > cap(t.arena) {
+		t.arena = append(make([]byte, 0, na), t.arena...)
 	}
 	if ns > cap(t.spans) {
-		t.spans = append(make([][]byte, 0, ns), t.spans...)
+		t.spans = append(make([][2]int, 0, ns), t.spans...)
 	}
 	if nc > cap(t.cmds) {
 		t.cmds = append(make([]queued, 0, nc), t.cmds...)

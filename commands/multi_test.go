@@ -2,7 +2,6 @@ package commands
 
 import (
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -83,70 +82,5 @@ func TestExecSpillsItsReplies(t *testing.T) {
 		if got := strings.Count(string(c.Bytes()), "\r\n"); got < tc.n {
 			t.Errorf("%s ×%d: %d lines of replies", tc.args[0], tc.n, got)
 		}
-	}
-}
-
-// donor is a Writer whose read buffer, counted in held as a connection
-// counts it, a queue may take.
-type donor struct {
-	*Capture
-	buf     []byte
-	donated int
-}
-
-func (d *donor) DonateBuffer() []byte {
-	b := d.buf
-	d.buf = nil
-	if b != nil {
-		d.donated++
-	}
-	return b
-}
-
-// A large queued command keeps its arguments in the read buffer they
-// arrived in (BufferDonor): the queue takes the buffer and its count
-// instead of copying the bytes, EXEC answers from it, and the count is
-// given back with the queue. A connection that keeps its buffer has the
-// command copied as before.
-func TestQueueTakesALargeCommandsReadBuffer(t *testing.T) {
-	env := testEnv(t)
-	var held int64
-	env.ClientMemory = func(n int64) bool { held += n; return true }
-	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
-	c := &donor{Capture: NewCapture()}
-	env.Exec(c, s, [][]byte{[]byte("MULTI")})
-	var want []string
-	for i := 0; i < 3; i++ {
-		msg := strings.Repeat(string(rune('a'+i)), donateAbove)
-		cmd := "*2\r\n$4\r\nECHO\r\n$" + strconv.Itoa(len(msg)) + "\r\n" + msg + "\r\n"
-		if i < 2 {
-			c.buf = []byte(cmd) // read into a buffer of its own, counted
-			held += int64(cap(c.buf))
-		}
-		b := c.buf
-		if b == nil {
-			b = []byte(cmd) // the connection's own buffer: copied
-		}
-		name, at := strings.Index(cmd, "ECHO"), strings.Index(cmd, msg)
-		env.Exec(c, s, [][]byte{b[name : name+4], b[at : at+len(msg)]})
-		want = append(want, msg)
-	}
-	if c.donated != 2 {
-		t.Fatalf("%d buffers donated, want 2", c.donated)
-	}
-	if s.tx.mem.Load() != s.tx.held || s.tx.held < 3*donateAbove {
-		t.Errorf("the queue counts %d bytes (CLIENT LIST %d) for three commands of %d", s.tx.held, s.tx.mem.Load(), donateAbove)
-	}
-	c.Reset()
-	env.Exec(c, s, [][]byte{[]byte("EXEC")})
-	got := string(c.Bytes())
-	for i, msg := range want {
-		if !strings.Contains(got, "\r\n"+msg+"\r\n") {
-			t.Errorf("EXEC's reply lacks ECHO %d", i)
-		}
-	}
-	s.Close()
-	if held != 0 {
-		t.Errorf("%d bytes still counted after the connection ended", held)
 	}
 }

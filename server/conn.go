@@ -132,30 +132,6 @@ func (c *conn) resetBuffer() {
 	c.buf = make([]byte, initialBuffer)
 }
 
-var _ commands.BufferDonor = (*conn)(nil)
-
-// DonateBuffer is commands.BufferDonor: a read buffer grown past
-// shrinkAbove for the command just parsed goes to the transaction that
-// queues it, still counted in --max-client-buffers (now by the queue),
-// and the connection reads on with a new first buffer, into which what
-// the client sent after the command is moved. It keeps a buffer holding
-// more than that of what follows.
-func (c *conn) DonateBuffer() []byte {
-	if len(c.buf) <= shrinkAbove || c.w-c.r > initialBuffer {
-		return nil
-	}
-	old := c.buf
-	c.buf = make([]byte, initialBuffer)
-	c.w = copy(c.buf, old[c.r:c.w])
-	c.r = 0
-	// The queue takes over the old buffer's count; the new first buffer
-	// is always granted, as at the start.
-	c.srv.buffers.Add(initialBuffer)
-	c.held = initialBuffer
-	c.sess.ReadBuf.Store(initialBuffer)
-	return old
-}
-
 // buffersFull refuses a command the read buffers cannot take and ends the
 // connection.
 func (c *conn) buffersFull() error {

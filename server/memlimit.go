@@ -14,7 +14,7 @@ import (
 // resident memory reached twice the bound above the rest (2.1 GB for
 // 1 GiB). GovernMemory keeps the runtime's soft memory limit at what the
 // rest of the process takes, with the runtime's usual room for its
-// garbage, plus the bound and a fortieth of it: client buffers are
+// garbage, plus the bound and a twentieth of it: client buffers are
 // counted once. While they are far from the bound the limit is above
 // the runtime's own goal and changes nothing.
 
@@ -25,10 +25,10 @@ const governEvery = 100 * time.Millisecond
 // nonHeap bytes outside heap objects and free heap spans, whose heap had
 // live bytes live after the last collection, other of them outside the
 // client buffers, under a bound on those. Never below what is live plus
-// a fortieth of the bound, so that a stale figure cannot make the
+// a twentieth of the bound, so that a stale figure cannot make the
 // runtime collect without end.
 func memoryLimit(nonHeap, live, other, bound int64) int64 {
-	room := bound / 40
+	room := bound / 20
 	return nonHeap + max(2*other+bound, live) + room
 }
 

@@ -3,15 +3,15 @@ package server
 import "testing"
 
 // The limit counts client buffers once: the rest with the runtime's
-// usual room for its garbage (twice), the bound and a fortieth of it;
-// never below what is live plus that fortieth.
+// usual room for its garbage (twice), the bound and a twentieth of it;
+// never below what is live plus that twentieth.
 func TestMemoryLimitCountsClientBuffersOnce(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct{ nonHeap, live, other, bound, want int64 }{
-		{8 * mib, 20 * mib, 20 * mib, 1024 * mib, 8*mib + 40*mib + 1024*mib + 1024*mib/40},
-		{8 * mib, 1044 * mib, 20 * mib, 1024 * mib, 8*mib + 1064*mib + 1024*mib/40},
+		{8 * mib, 20 * mib, 20 * mib, 1024 * mib, 8*mib + 40*mib + 1024*mib + 1024*mib/20},
+		{8 * mib, 1044 * mib, 20 * mib, 1024 * mib, 8*mib + 1064*mib + 1024*mib/20},
 		// A stale estimate of the rest: what is live stands.
-		{8 * mib, 2000 * mib, 20 * mib, 1024 * mib, 8*mib + 2000*mib + 1024*mib/40},
+		{8 * mib, 2000 * mib, 20 * mib, 1024 * mib, 8*mib + 2000*mib + 1024*mib/20},
 	} {
 		if got := memoryLimit(c.nonHeap, c.live, c.other, c.bound); got != c.want {
 			t.Errorf("memoryLimit(%d, %d, %d, %d) = %d, want %d", c.nonHeap, c.live, c.other, c.bound, got, c.want)
