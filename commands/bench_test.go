@@ -3,6 +3,7 @@ package commands
 import (
 	"bytes"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-rl/sluice/access"
@@ -20,6 +21,7 @@ func BenchmarkExecAcquireRESP3(b *testing.B) { benchExecAcquire(b, true) }
 func benchExecAcquire(b *testing.B, resp3 bool) {
 	env := testEnv(b)
 	s := NewSession(1, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
+	s.Stats = env.Metrics.Connect() // as a connection's session
 	c := NewCapture()
 	if resp3 {
 		env.Exec(c, s, [][]byte{[]byte("HELLO"), []byte("3")})
@@ -185,4 +187,33 @@ func benchReserveSettle(b *testing.B, setup func(*Env), opts ...string) {
 			b.Fatalf("settle: %q", r)
 		}
 	}
+}
+
+// BenchmarkExecAcquireParallel runs RL.ACQUIRE from GOMAXPROCS
+// connections at once, each with its own session, counts and keys: what
+// the connections share (metrics, the console's accounting, engine
+// shards) shows as the figure stops scaling with -cpu.
+func BenchmarkExecAcquireParallel(b *testing.B) {
+	env := testEnv(b)
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		id := next.Add(1)
+		s := NewSession(id, "127.0.0.1:1", "127.0.0.1:2", access.RoleAdmin, func() {})
+		s.Stats = env.Metrics.Connect()
+		c := NewCapture()
+		keys := make([][]byte, 1024)
+		for i := range keys {
+			keys[i] = []byte("key:" + strconv.FormatInt(id, 10) + ":" + strconv.Itoa(i))
+		}
+		args := [][]byte{[]byte("RL.ACQUIRE"), nil, []byte("RATE"), []byte("100"), []byte("BURST"), []byte("100")}
+		for i := 0; pb.Next(); i++ {
+			args[1] = keys[i&1023]
+			env.Exec(c, s, args)
+			if i&1023 == 0 {
+				c.Reset()
+			}
+		}
+	})
 }

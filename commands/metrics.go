@@ -14,9 +14,7 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	commands  []prometheus.Counter
-	durations []prometheus.Observer
-	unknown   prometheus.Counter
+	cmds *cmdStats // sluice_commands_total and _duration_seconds (cmdstats.go)
 
 	acquire *prometheus.CounterVec
 	tokens  *prometheus.CounterVec
@@ -51,14 +49,7 @@ type acquireCounters struct {
 // Prometheus registry.
 func NewMetrics(reg *Registry) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
-	cmds := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_commands_total", Help: "Commands processed, by command.",
-	}, []string{"cmd"})
-	dur := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "sluice_command_duration_seconds",
-		Help:    "Time to execute a command, from parsed to reply buffered (WAIT time included).",
-		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 11), // 1µs … ~1s
-	}, []string{"cmd"})
+	m.cmds = newCmdStats(reg)
 	m.acquire = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_acquire_total",
 		Help: "RL.ACQUIRE and CL.THROTTLE calls by budget (first path segment, or inline) and result.",
@@ -90,14 +81,8 @@ func NewMetrics(reg *Registry) *Metrics {
 	m.ProtocolErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_protocol_errors_total", Help: "Connections closed for a RESP protocol violation or size limit.",
 	})
-	for _, c := range reg.Commands() {
-		name := lower(c.Name)
-		m.commands = append(m.commands, cmds.WithLabelValues(name))
-		m.durations = append(m.durations, dur.WithLabelValues(name))
-	}
-	m.unknown = cmds.WithLabelValues("unknown")
 	m.inline = m.Budget("inline")
-	m.Registry.MustRegister(cmds, dur, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ConnectionsClosed, m.ProtocolErrors, m.waiting)
+	m.Registry.MustRegister(m.cmds, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ConnectionsClosed, m.ProtocolErrors, m.waiting)
 	return m
 }
 
@@ -112,10 +97,14 @@ func (m *Metrics) Budget(label string) acquireCounters {
 	}
 }
 
-// Command counts one execution of c taking seconds.
-func (m *Metrics) Command(c *Command, seconds float64) {
-	m.commands[c.id].Inc()
-	m.durations[c.id].Observe(seconds)
+// Command counts one execution of c taking ns nanoseconds, on the
+// connection's counts cs (nil: a call without a connection).
+func (m *Metrics) Command(c *Command, cs *ConnStats, ns int64) {
+	if cs == nil {
+		m.cmds.shared[c.id].add(ns)
+		return
+	}
+	cs.stat(c.id).add(ns)
 }
 
 // Waiting returns how many connections are held by WAIT right now.
@@ -132,7 +121,7 @@ func (m *Metrics) Waiting() int {
 func (m *Metrics) AddWaiting(d int) { m.waiting.Add(float64(d)) }
 
 // Unknown counts a command sluice does not know.
-func (m *Metrics) Unknown() { m.unknown.Inc() }
+func (m *Metrics) Unknown() { m.cmds.unknown.Add(1) }
 
 func (a acquireCounters) count(allowed int, cost int64) {
 	switch allowed {
@@ -148,11 +137,11 @@ func (a acquireCounters) count(allowed int, cost int64) {
 
 // TotalCommands returns the number of commands processed, for INFO.
 func (m *Metrics) TotalCommands() int64 {
-	var n float64
-	for _, c := range m.commands {
-		n += value(c)
+	n := m.cmds.unknown.Load()
+	for _, t := range m.cmds.totals() {
+		n += t.count()
 	}
-	return int64(n + value(m.unknown))
+	return int64(n)
 }
 
 // AcquireTotals returns admitted and denied acquires, for INFO.

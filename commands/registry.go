@@ -164,7 +164,7 @@ func (env *Env) run(c Writer, s *Session, cm *Command, args [][]byte, start int6
 	ctx.now = start
 	s.lastCmd.Store(cm) // CLIENT INFO's cmd: the command running, as in Redis
 	cm.Handler(ctx)
-	env.Metrics.Command(cm, float64(monoNow()-start)/1e9)
+	env.Metrics.Command(cm, s.Stats, monoNow()-start)
 	s.lastActive.Store(start)
 }
 

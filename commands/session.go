@@ -45,6 +45,10 @@ type Session struct {
 	FD                int
 	ReadBuf, ReadPeak atomic.Int64
 
+	// Stats are the connection's command counts (Metrics.Connect); nil
+	// for a call without a connection.
+	Stats *ConnStats
+
 	tx tx // MULTI … EXEC (multi.go)
 	// Client-side caching (CLIENT TRACKING, multi.go): tracking is on, in
 	// OPTIN mode, with invalidations redirected to redirect (0: none);

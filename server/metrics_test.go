@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -142,5 +143,100 @@ func TestReadyzWaitsForALeader(t *testing.T) {
 	single := startNode(t, nil)
 	if got := status(single, "/readyz"); got != 200 {
 		t.Fatalf("/readyz with a leader: %d", got)
+	}
+}
+
+// Command counts are kept per connection and folded when scraped: under
+// 16 connections sending at once, half of them closing on the way, every
+// scrape's counts only grow, each histogram's count equals its counter,
+// and once they are done /metrics counts exactly the commands sent.
+func TestCommandCountsEqualWhatWasSentAcrossConnections(t *testing.T) {
+	n := startNode(t, nil)
+	s := n.Server
+	const conns, each = 16, 300
+	before := scrape(t, s.HTTPAddr())
+	key := func(cmd string) string { return `sluice_commands_total{cmd="` + cmd + `"}` }
+	done := make(chan struct{})
+	errs := make(chan error, conns)
+	clients := make([]*resptest.Client, conns)
+	for i := range clients {
+		clients[i] = resptest.Dial(t, s.RespAddr())
+	}
+	for i, c := range clients {
+		go func(i int) {
+			defer c.Conn.Close()
+			for k := 0; k < each; k++ {
+				cmd := []string{"PING"}
+				if k%3 == 0 {
+					cmd = []string{"RL.ACQUIRE", "cmdstats:" + strconv.Itoa(i), "RATE", "1000000", "PER", "second"}
+				}
+				if _, err := c.Conn.Write(resptest.Encode(cmd...)); err != nil {
+					errs <- err
+					return
+				}
+				if got, err := c.TryRead(10 * time.Second); err != nil || strings.HasPrefix(got, "-") {
+					errs <- fmt.Errorf("%v: %q, %v", cmd, got, err)
+					return
+				}
+				// Half the connections close half way: their counts move
+				// to the retired totals while the others go on.
+				if i%2 == 1 && k == each/2 {
+					break
+				}
+			}
+			errs <- nil
+		}(i)
+	}
+	go func() {
+		for i := 0; i < conns; i++ {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		close(done)
+	}()
+	last := before
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		m := scrape(t, s.HTTPAddr())
+		for _, cmd := range []string{"ping", "rl.acquire"} {
+			if m[key(cmd)] < last[key(cmd)] {
+				t.Fatalf("%s went down from %v to %v", key(cmd), last[key(cmd)], m[key(cmd)])
+			}
+			if h := m[`sluice_command_duration_seconds_count{cmd="`+cmd+`"}`]; h != m[key(cmd)] {
+				t.Fatalf("%s: histogram count %v, counter %v", cmd, h, m[key(cmd)])
+			}
+			if inf := m[`sluice_command_duration_seconds_bucket{cmd="`+cmd+`",le="+Inf"}`]; inf != m[key(cmd)] {
+				t.Fatalf("%s: +Inf bucket %v, counter %v", cmd, inf, m[key(cmd)])
+			}
+		}
+		last = m
+	}
+	// Each full connection sent each commands, each closed one each/2+1.
+	var ping, acq float64
+	for i := 0; i < conns; i++ {
+		sent := each
+		if i%2 == 1 {
+			sent = each/2 + 1
+		}
+		for k := 0; k < sent; k++ {
+			if k%3 == 0 {
+				acq++
+			} else {
+				ping++
+			}
+		}
+	}
+	testkit.WaitFor(t, 10*time.Second, "the closed connections' counts", func() bool {
+		m := scrape(t, s.HTTPAddr())
+		last = m
+		return m[key("ping")]-before[key("ping")] == ping && m[key("rl.acquire")]-before[key("rl.acquire")] == acq
+	})
+	if got := last[key("ping")] - before[key("ping")]; got != ping {
+		t.Errorf("PING counted %v times, sent %v", got, ping)
 	}
 }

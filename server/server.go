@@ -391,6 +391,7 @@ func (s *Server) accept(c *conn) bool {
 	nc := c.nc
 	sess := commands.NewSession(s.env.Clients.NextID(), c.addr, nc.LocalAddr().String(), role, func() { nc.Close() })
 	sess.FD = connFD(nc)
+	sess.Stats = m.Connect()
 	s.env.Clients.Add(sess)
 	c.sess = sess
 	return true
@@ -420,6 +421,7 @@ func (s *Server) closed(c *conn, err error) {
 	if sess := c.sess; sess != nil {
 		s.env.Clients.Remove(sess)
 		sess.Close()
+		s.env.Metrics.Disconnect(sess.Stats)
 	}
 	if err != nil && !errors.Is(err, errProtocol) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) &&
 		!strings.Contains(err.Error(), "connection reset") {
