@@ -15,21 +15,35 @@ type sketch struct {
 	epoch int64 // the minute (Unix time / 60 s) it counts; -1 for none
 	n     int64 // keys recorded
 	used  int32 // slots taken
-	slots [Counters]slot
-	heap  [Counters]int32     // slot numbers, a min-heap by count
-	index [2 * Counters]int32 // slot number + 1, 0 for an empty place
+	// What every call reads or moves lies together, apart from the keys
+	// (which only a match or a new key touches): the heap with the counts
+	// in it, each slot's place in the heap, each slot's hash and the
+	// index, 9 KiB, so that sifting a count and probing the index stay in
+	// the nearest cache.
+	heap   [Counters]hent      // a min-heap by count
+	pos    [Counters]int32     // slot number → place in the heap
+	hashes [Counters]uint64    // slot number → its key's hash
+	index  [2 * Counters]int32 // slot number + 1, 0 for an empty place
+	slots  [Counters]slot
 }
 
-// slot is one counted key: its hash and its first MaxKeyBytes bytes.
-type slot struct {
-	hash  uint64
+// hent is a heap entry: a slot's count and the slot.
+type hent struct {
 	count int64
-	err   int64 // the count the key may have had before it took the slot
-	pos   int32 // place in the heap
-	klen  uint8
-	key   [MaxKeyBytes]byte
-	long  bool // the key was longer than MaxKeyBytes
+	slot  int32
 }
+
+// slot is one counted key: its first MaxKeyBytes bytes, and the count it
+// may have had before it took the slot.
+type slot struct {
+	err  int64
+	klen uint8
+	key  [MaxKeyBytes]byte
+	long bool // the key was longer than MaxKeyBytes
+}
+
+// count is slot i's count.
+func (s *sketch) count(i int32) int64 { return s.heap[s.pos[i]].count }
 
 func (s *sketch) reset(epoch int64) {
 	s.epoch, s.n, s.used = epoch, 0, 0
@@ -45,14 +59,12 @@ func (s *sketch) min() int64 {
 	if !s.full() {
 		return 0
 	}
-	return s.slots[s.heap[0]].count
+	return s.heap[0].count
 }
 
-// matches reports whether sl holds the key path#sub (sub nil: path).
-func (sl *slot) matches(h uint64, path, sub []byte) bool {
-	if sl.hash != h {
-		return false
-	}
+// matches reports whether sl holds the key path#sub (sub nil: path); the
+// caller has compared the hashes.
+func (sl *slot) matches(path, sub []byte) bool {
 	k := sl.key[:sl.klen]
 	n := copy1(k, path, 0)
 	if n < 0 {
@@ -86,8 +98,7 @@ func copy1(k, b []byte, off int) int {
 }
 
 // set stores the key path#sub (cut to MaxKeyBytes) in sl.
-func (sl *slot) set(h uint64, path, sub []byte) {
-	sl.hash = h
+func (sl *slot) set(path, sub []byte) {
 	n := copy(sl.key[:], path)
 	long := len(path) > n
 	if sub != nil && !long {
@@ -121,9 +132,10 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 		if v == 0 {
 			break
 		}
-		if sl := &s.slots[v-1]; sl.matches(h, path, sub) {
-			sl.count++
-			s.down(sl.pos)
+		if s.hashes[v-1] == h && s.slots[v-1].matches(path, sub) {
+			p := s.pos[v-1]
+			s.heap[p].count++
+			s.down(p)
 			return
 		}
 	}
@@ -131,19 +143,19 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 	if s.used < Counters {
 		i = s.used
 		s.used++
-		sl := &s.slots[i]
-		sl.count, sl.err, sl.pos = 1, 0, i
-		s.heap[i] = i
+		s.slots[i].err = 0
+		s.heap[i] = hent{count: 1, slot: i}
+		s.pos[i] = i
 		s.up(i)
 	} else {
-		i = s.heap[0]
-		sl := &s.slots[i]
-		s.unindex(sl.hash, i)
-		sl.err = sl.count
-		sl.count++
+		i = s.heap[0].slot
+		s.unindex(s.hashes[i], i)
+		s.slots[i].err = s.heap[0].count
+		s.heap[0].count++
 		s.down(0)
 	}
-	s.slots[i].set(h, path, sub)
+	s.hashes[i] = h
+	s.slots[i].set(path, sub)
 	for j := h & mask; ; j = (j + 1) & mask {
 		if s.index[j] == 0 {
 			s.index[j] = i + 1
@@ -154,7 +166,7 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 
 // unindex removes slot i, whose hash is h, from the index.
 func (s *sketch) unindex(h uint64, i int32) {
-	unindexSlot(s.index[:], h, i, func(v int32) uint64 { return s.slots[v-1].hash })
+	unindexSlot(s.index[:], h, i, func(v int32) uint64 { return s.hashes[v-1] })
 }
 
 // unindexSlot removes slot i, whose hash is h, from an open-addressing
@@ -187,13 +199,11 @@ func unindexSlot(index []int32, h uint64, i int32, hashOf func(v int32) uint64) 
 	}
 }
 
-func (s *sketch) less(a, b int32) bool {
-	return s.slots[s.heap[a]].count < s.slots[s.heap[b]].count
-}
+func (s *sketch) less(a, b int32) bool { return s.heap[a].count < s.heap[b].count }
 
 func (s *sketch) swap(a, b int32) {
 	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.slots[s.heap[a]].pos, s.slots[s.heap[b]].pos = a, b
+	s.pos[s.heap[a].slot], s.pos[s.heap[b].slot] = a, b
 }
 
 func (s *sketch) up(i int32) {

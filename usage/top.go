@@ -145,7 +145,7 @@ func (t *Top) Summary(now int64) Summary {
 					a = &acc{Entry: Entry{Key: name}}
 					keys[name] = a
 				}
-				a.Count += sl.count
+				a.Count += w.count(k)
 				a.Err += sl.err
 				a.seen |= 1 << j
 			}

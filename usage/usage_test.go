@@ -139,11 +139,11 @@ func TestSketchIndexUnderChurn(t *testing.T) {
 	}
 	var sum int64
 	for i := int32(0); i < s.used; i++ {
-		sum += s.slots[i].count - s.slots[i].err
+		sum += s.count(i) - s.slots[i].err
 		sl := &s.slots[i]
 		found := false
 		mask := uint64(len(s.index) - 1)
-		for j := sl.hash & mask; s.index[j] != 0; j = (j + 1) & mask {
+		for j := s.hashes[i] & mask; s.index[j] != 0; j = (j + 1) & mask {
 			if s.index[j] == i+1 {
 				found = true
 				break
@@ -152,12 +152,17 @@ func TestSketchIndexUnderChurn(t *testing.T) {
 		if !found {
 			t.Fatalf("slot %d (%s) not reachable from its hash", i, sl.name())
 		}
-		if s.slots[s.heap[sl.pos]].hash != sl.hash {
+		if s.heap[s.pos[i]].slot != i {
 			t.Fatalf("heap position of slot %d is wrong", i)
 		}
 	}
 	if sum > s.n {
 		t.Fatalf("lower bounds sum to %d > %d calls", sum, s.n)
+	}
+	for p := int32(1); p < s.used; p++ {
+		if s.heap[p].count < s.heap[(p-1)/2].count {
+			t.Fatalf("heap place %d counts %d, below its parent's %d", p, s.heap[p].count, s.heap[(p-1)/2].count)
+		}
 	}
 }
 
