@@ -123,9 +123,11 @@ func (sl *slot) name() string {
 	return string(sl.key[:sl.klen])
 }
 
-// record counts one call of the key path#sub, whose hash is h.
-func (s *sketch) record(h uint64, path, sub []byte) {
-	s.n++
+// record counts w calls of the key path#sub, whose hash is h (a sampled
+// call stands for w: Space-Saving with weights keeps its bound, n/k, with
+// n the weights' sum).
+func (s *sketch) record(h uint64, path, sub []byte, w int64) {
+	s.n += w
 	mask := uint64(len(s.index) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		v := s.index[i]
@@ -134,7 +136,7 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 		}
 		if s.hashes[v-1] == h && s.slots[v-1].matches(path, sub) {
 			p := s.pos[v-1]
-			s.heap[p].count++
+			s.heap[p].count += w
 			s.down(p)
 			return
 		}
@@ -144,14 +146,14 @@ func (s *sketch) record(h uint64, path, sub []byte) {
 		i = s.used
 		s.used++
 		s.slots[i].err = 0
-		s.heap[i] = hent{count: 1, slot: i}
+		s.heap[i] = hent{count: w, slot: i}
 		s.pos[i] = i
 		s.up(i)
 	} else {
 		i = s.heap[0].slot
 		s.unindex(s.hashes[i], i)
 		s.slots[i].err = s.heap[0].count
-		s.heap[0].count++
+		s.heap[0].count += w
 		s.down(0)
 	}
 	s.hashes[i] = h

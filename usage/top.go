@@ -3,13 +3,16 @@
 // Space-Saving heavy-hitters sketch per minute), each budget node's
 // admitted and refused calls over the last minute, and the node's
 // admissions and refusals per 10 seconds. Recording allocates nothing and
-// takes one short lock of a shard. See DESIGN.md for the error bound.
+// takes one short lock of a shard; past ExactPerSecond calls a second the
+// keys are sampled. docs/commands.md (RL.TOP) states the error bounds.
 package usage
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,9 +39,74 @@ const (
 	Steps = 30
 )
 
+// Sampling. In each second a Top records the first ExactPerSecond calls
+// exactly; past them it records each further call with probability
+// 2^-level and weight 2^level. The level starts each second where the
+// last one ended (one lower if that second sampled little) and rises by
+// one for every ExactPerSecond/4 sampled calls, so that a node records
+// a bounded number of calls a second whatever its load: a call not
+// recorded costs two atomic loads and a random number, not the sketches'
+// lock, hash and heap step. Below ExactPerSecond calls a second every
+// count is exact (Space-Saving's bound holds as stated); above, counts
+// are unbiased estimates (docs/commands.md, RL.TOP).
+const (
+	ExactPerSecond = 100_000
+	// maxLevel bounds the sampling: one call in 2^maxLevel.
+	maxLevel = 20
+)
+
+// sampler chooses which calls a Top records.
+type sampler struct {
+	sec     atomic.Int64 // the second (Unix) counted now
+	exact   atomic.Int64 // calls recorded exactly in it
+	sampled atomic.Int64 // calls recorded by sampling in it
+	level   atomic.Int32
+}
+
+// take reports whether the call at now (Unix ns) is recorded, and the
+// calls it stands for.
+func (s *sampler) take(now int64) (weight int64, ok bool) {
+	if sec := now / int64(time.Second); sec != s.sec.Load() {
+		s.roll(sec)
+	}
+	if s.exact.Load() < ExactPerSecond && s.exact.Add(1) <= ExactPerSecond {
+		return 1, true
+	}
+	lv := s.level.Load()
+	if lv > 0 && rand.Uint64()&(1<<lv-1) != 0 {
+		return 0, false
+	}
+	if n := s.sampled.Add(1); n%(ExactPerSecond/4) == 0 && lv < maxLevel {
+		s.level.CompareAndSwap(lv, lv+1)
+	}
+	return int64(1) << lv, true
+}
+
+// roll starts the count of second sec; one caller does it. A late clock
+// (a second already past) leaves the current second alone.
+func (s *sampler) roll(sec int64) {
+	cur := s.sec.Load()
+	if sec < cur || !s.sec.CompareAndSwap(cur, sec) {
+		return
+	}
+	lv := s.level.Load()
+	if s.sampled.Swap(0) < ExactPerSecond/8 || sec != cur+1 {
+		lv = max(lv-1, 0)
+	}
+	if sec != cur+1 {
+		lv = 0 // a second or more without calls
+	}
+	s.level.Store(lv)
+	s.exact.Store(0)
+}
+
+// Level is the sampling level now: 0 while every call is recorded.
+func (t *Top) Level() int { return int(t.level.Load()) }
+
 // Top counts the keys of one kind of call (admitted, or refused).
 type Top struct {
-	seed   maphash.Seed
+	seed maphash.Seed
+	sampler
 	shards [Shards]topShard
 }
 
@@ -77,8 +145,15 @@ func (t *Top) hash(path, sub []byte) uint64 {
 }
 
 // Record counts one call of the key path#sub (sub nil: path) at now
-// (Unix ns).
+// (Unix ns); past ExactPerSecond calls a second, a sample of them.
 func (t *Top) Record(now int64, path, sub []byte) {
+	if w, ok := t.take(now); ok {
+		t.record(now, path, sub, w)
+	}
+}
+
+// record counts w calls of the key path#sub at now.
+func (t *Top) record(now int64, path, sub []byte, weight int64) {
 	h := t.hash(path, sub)
 	sh := &t.shards[h>>61] // Shards = 8: the top three bits
 	minute := now / Window
@@ -88,12 +163,12 @@ func (t *Top) Record(now int64, path, sub []byte) {
 	if w.epoch != minute {
 		w.reset(minute)
 	}
-	w.record(h, path, sub)
+	w.record(h, path, sub, weight)
 	st := &sh.steps[tick%Steps]
 	if st.at != tick {
 		st.at, st.n = tick, 0
 	}
-	st.n++
+	st.n += weight
 	sh.mu.Unlock()
 }
 

@@ -1,8 +1,11 @@
 package usage
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -135,7 +138,7 @@ func TestSketchIndexUnderChurn(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for i := 0; i < 100_000; i++ {
 		k := []byte(strconv.Itoa(int(r.Uint32() % 2000)))
-		s.record(uint64(r.Uint32()%64)<<32|uint64(k[0]), k, nil) // crowded hashes, long probe runs
+		s.record(uint64(r.Uint32()%64)<<32|uint64(k[0]), k, nil, 1) // crowded hashes, long probe runs
 	}
 	var sum int64
 	for i := int32(0); i < s.used; i++ {
@@ -226,4 +229,112 @@ func BenchmarkRecord(b *testing.B) {
 			r.Record(t0, keys[i&1023], nil, "tenant", true)
 		}
 	})
+}
+
+// Below ExactPerSecond calls a second a Top records every call: 8
+// goroutines sending 96,000 calls within one second leave the level at 0
+// and the total exact, and the next second starts exact again.
+func TestTopIsExactBelowTheRate(t *testing.T) {
+	tp := NewTop()
+	const workers, per = 8, 12_000
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			k := []byte("k" + strconv.Itoa(w))
+			for i := 0; i < per; i++ {
+				tp.Record(t0+int64(i)*int64(time.Second)/per, k, nil)
+			}
+		}(w)
+	}
+	wg.Wait()
+	s := tp.Summary(t0 + int64(time.Second) - 1)
+	if s.N != workers*per || tp.Level() != 0 {
+		t.Fatalf("total %d of %d calls, level %d", s.N, workers*per, tp.Level())
+	}
+	for _, e := range s.Entries {
+		if e.Count != per || e.Err != 0 {
+			t.Errorf("%s: count %d error %d, true %d", e.Key, e.Count, e.Err, per)
+		}
+	}
+}
+
+// Past ExactPerSecond calls a second a Top records a sample, each sampled
+// call standing for 2^level: 8 goroutines feed 250,000 calls of a Zipf
+// distribution over one simulated second each (2 M calls a second in
+// all). The level rises; the total is within 6 standard deviations of the
+// true one; every listed key's count is within its error plus 6 standard
+// deviations of the sampling (σ = √(true × 2^level)) of its true count,
+// and every key counted more than the floor plus that is listed. The
+// next second, with 50,000 calls, lowers the level again.
+func TestSamplingKeepsTheBoundInExpectation(t *testing.T) {
+	tp := NewTop()
+	const workers, per = 8, 250_000
+	truth := make([]map[string]int64, workers)
+	var top atomic.Int32
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			next := zipfKeys(uint64(10+w), 10_000)
+			tr := map[string]int64{}
+			keys := map[string][]byte{}
+			for i := 0; i < per; i++ {
+				k := next()
+				tr[k]++
+				b := keys[k]
+				if b == nil {
+					b = []byte(k)
+					keys[k] = b
+				}
+				tp.Record(t0+int64(i)*int64(time.Second)/per, b, nil)
+				if lv := int32(tp.Level()); lv > top.Load() {
+					top.Store(lv)
+				}
+			}
+			truth[w] = tr
+		}(w)
+	}
+	wg.Wait()
+	all := map[string]int64{}
+	for _, tr := range truth {
+		for k, n := range tr {
+			all[k] += n
+		}
+	}
+	if top.Load() == 0 {
+		t.Fatal("2 M calls a second were all recorded: no sampling")
+	}
+	w := float64(int64(1) << top.Load())
+	s := tp.Summary(t0 + int64(time.Second) - 1)
+	const n = workers * per
+	if d := math.Abs(float64(s.N - n)); d > 6*math.Sqrt(n*w) {
+		t.Errorf("total %d, true %d (level up to %d)", s.N, n, top.Load())
+	}
+	listed := map[string]bool{}
+	for _, e := range s.Entries {
+		listed[e.Key] = true
+		tr := float64(all[e.Key])
+		sigma := 6 * math.Sqrt(max(tr, 1)*w)
+		if float64(e.Count) < tr-sigma || float64(e.Count-e.Err) > tr+sigma {
+			t.Errorf("%s: count %d error %d, true %.0f, 6σ %.0f", e.Key, e.Count, e.Err, tr, sigma)
+		}
+	}
+	for k, c := range all {
+		if !listed[k] && float64(c) > float64(s.Floor)+6*math.Sqrt(float64(c)*w) {
+			t.Errorf("%s counted %d times, over the floor %d by more than 6σ, and not listed", k, c, s.Floor)
+		}
+	}
+	t.Logf("level up to %d; total %d of %d; floor %d; %d keys listed; heaviest %s %d (true %d)",
+		top.Load(), s.N, n, s.Floor, len(s.Entries), s.Entries[0].Key, s.Entries[0].Count, all[s.Entries[0].Key])
+	before := tp.Level()
+	for i := 0; i < 50_000; i++ {
+		tp.Record(t0+int64(time.Second)+int64(i)*20_000, []byte("calm"), nil)
+	}
+	tp.Record(t0+2*int64(time.Second), []byte("calm"), nil)
+	if after := tp.Level(); after >= before {
+		t.Errorf("a calm second after the load: level %d, was %d", after, before)
+	}
 }
