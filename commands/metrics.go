@@ -16,8 +16,7 @@ type Metrics struct {
 
 	cmds *cmdStats // sluice_commands_total and _duration_seconds (cmdstats.go)
 
-	acquire *prometheus.CounterVec
-	tokens  *prometheus.CounterVec
+	acquire *acquireStats // sluice_acquire_total, sluice_tokens_consumed_total (striped.go)
 	inline  acquireCounters
 
 	waiting prometheus.Gauge
@@ -39,24 +38,12 @@ type Metrics struct {
 // the server refuses connections for these and no others.
 var RejectReasons = []string{"shutdown", "protected_mode", "maxclients"}
 
-// acquireCounters are one budget label's pre-resolved children.
-type acquireCounters struct {
-	allowed, denied, degraded prometheus.Counter
-	tokens                    prometheus.Counter
-}
-
 // NewMetrics creates the command metrics for reg's commands on a fresh
 // Prometheus registry.
 func NewMetrics(reg *Registry) *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.cmds = newCmdStats(reg)
-	m.acquire = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_acquire_total",
-		Help: "RL.ACQUIRE and CL.THROTTLE calls by budget (first path segment, or inline) and result.",
-	}, []string{"budget", "result"})
-	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_tokens_consumed_total", Help: "Tokens consumed by admitted calls, by budget.",
-	}, []string{"budget"})
+	m.acquire = newAcquireStats()
 	m.ConnectionsReceived = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_connections_received_total", Help: "Client connections accepted.",
 	})
@@ -82,20 +69,13 @@ func NewMetrics(reg *Registry) *Metrics {
 		Name: "sluice_protocol_errors_total", Help: "Connections closed for a RESP protocol violation or size limit.",
 	})
 	m.inline = m.Budget("inline")
-	m.Registry.MustRegister(m.cmds, m.acquire, m.tokens, m.ConnectionsReceived, m.ConnectionsRejected, m.ConnectionsClosed, m.ProtocolErrors, m.waiting)
+	m.Registry.MustRegister(m.cmds, m.acquire, m.ConnectionsReceived, m.ConnectionsRejected, m.ConnectionsClosed, m.ProtocolErrors, m.waiting)
 	return m
 }
 
 // Budget returns the acquire counters of one budget label. Call it once per
 // label and keep the result; the label set must stay bounded.
-func (m *Metrics) Budget(label string) acquireCounters {
-	return acquireCounters{
-		allowed:  m.acquire.WithLabelValues(label, "allowed"),
-		denied:   m.acquire.WithLabelValues(label, "denied"),
-		degraded: m.acquire.WithLabelValues(label, "degraded"),
-		tokens:   m.tokens.WithLabelValues(label),
-	}
-}
+func (m *Metrics) Budget(label string) acquireCounters { return m.acquire.label(label) }
 
 // Command counts one execution of c taking ns nanoseconds, on the
 // connection's counts cs (nil: a call without a connection).
@@ -123,18 +103,6 @@ func (m *Metrics) AddWaiting(d int) { m.waiting.Add(float64(d)) }
 // Unknown counts a command sluice does not know.
 func (m *Metrics) Unknown() { m.cmds.unknown.Add(1) }
 
-func (a acquireCounters) count(allowed int, cost int64) {
-	switch allowed {
-	case 1:
-		a.allowed.Inc()
-		a.tokens.Add(float64(cost))
-	case 2:
-		a.degraded.Inc() // let through, nothing consumed
-	default:
-		a.denied.Inc()
-	}
-}
-
 // TotalCommands returns the number of commands processed, for INFO.
 func (m *Metrics) TotalCommands() int64 {
 	n := m.cmds.unknown.Load()
@@ -144,25 +112,13 @@ func (m *Metrics) TotalCommands() int64 {
 	return int64(n)
 }
 
-// AcquireTotals returns admitted and denied acquires, for INFO.
+// AcquireTotals returns admitted and denied acquires, for INFO: degraded
+// calls (let through, nothing consumed) count as admitted.
 func (m *Metrics) AcquireTotals() (allowed, denied int64) {
-	ch := make(chan prometheus.Metric, 64)
-	go func() { m.acquire.Collect(ch); close(ch) }()
-	for mt := range ch {
-		var d dto.Metric
-		if mt.Write(&d) != nil {
-			continue
-		}
-		for _, lp := range d.Label {
-			if lp.GetName() == "result" {
-				if lp.GetValue() == "denied" {
-					denied += int64(d.Counter.GetValue())
-				} else {
-					allowed += int64(d.Counter.GetValue())
-				}
-			}
-		}
-	}
+	m.acquire.each(func(_ string, c acquireCounters) {
+		allowed += int64(c.allowed.load() + c.degraded.load())
+		denied += int64(c.denied.load())
+	})
 	return allowed, denied
 }
 

@@ -239,4 +239,14 @@ func TestCommandCountsEqualWhatWasSentAcrossConnections(t *testing.T) {
 	if got := last[key("ping")] - before[key("ping")]; got != ping {
 		t.Errorf("PING counted %v times, sent %v", got, ping)
 	}
+	// The acquires' counters are striped over cache lines and summed
+	// when scraped: every admitted call is there once.
+	allowed := `sluice_acquire_total{budget="inline",result="allowed"}`
+	if got := last[allowed] - before[allowed]; got != acq {
+		t.Errorf("%s grew by %v, %v acquires admitted", allowed, got, acq)
+	}
+	tokens := `sluice_tokens_consumed_total{budget="inline"}`
+	if got := last[tokens] - before[tokens]; got != acq {
+		t.Errorf("%s grew by %v, %v acquires of cost 1", tokens, got, acq)
+	}
 }
