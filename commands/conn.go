@@ -347,9 +347,9 @@ func resetConnCmd(ctx *Ctx) {
 	s.mu.Lock()
 	s.name, s.user, s.peer = "", "default", ""
 	if ctx.Env.Auth.Required() {
-		s.role = access.RoleNone
+		s.setRole(access.RoleNone)
 	} else {
-		s.role = access.RoleAdmin
+		s.setRole(access.RoleAdmin)
 	}
 	s.mu.Unlock()
 	ctx.Conn.WriteString("RESET")

@@ -23,7 +23,8 @@ func (s *Session) Peer() string {
 // forwards operators' writes), and the identity internal commands check.
 func (s *Session) setPeer(id string) {
 	s.mu.Lock()
-	s.user, s.role, s.peer = access.PeerUserPrefix+id, access.RoleAdmin, id
+	s.user, s.peer = access.PeerUserPrefix+id, id
+	s.setRole(access.RoleAdmin)
 	s.mu.Unlock()
 }
 

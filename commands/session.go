@@ -30,9 +30,11 @@ type Session struct {
 	libName string
 	libVer  string
 	user    string
-	role    access.Role
-	peer    string // the node this session authenticated as (peer.go)
-	noLoop  bool   // CLIENT TRACKING … NOLOOP
+	// role is read by every command (Allowed) without the lock; written
+	// under it with the fields above.
+	role   atomic.Uint32
+	peer   string // the node this session authenticated as (peer.go)
+	noLoop bool   // CLIENT TRACKING … NOLOOP
 
 	// resp3 is true after HELLO 3 (reply.go); read by CLIENT LIST from
 	// other connections, hence atomic.
@@ -120,22 +122,22 @@ func (s *Session) Name() string {
 // NewSession returns the state of a new connection. kill closes it from
 // another goroutine (CLIENT KILL).
 func NewSession(id int64, addr, local string, role access.Role, kill func()) *Session {
-	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", role: role, FD: -1}
+	s := &Session{ID: id, Addr: addr, LocalAddr: local, Created: time.Now(), kill: kill, user: "default", FD: -1}
+	s.setRole(role)
 	s.lastActive.Store(s.Created.UnixNano())
 	s.tx.queued.Store(-1)
 	return s
 }
 
 // Role returns the session's role.
-func (s *Session) Role() access.Role {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.role
-}
+func (s *Session) Role() access.Role { return access.Role(s.role.Load()) }
+
+func (s *Session) setRole(r access.Role) { s.role.Store(uint32(r)) }
 
 func (s *Session) setAuth(user string, role access.Role) {
 	s.mu.Lock()
-	s.user, s.role, s.peer = user, role, ""
+	s.user, s.peer = user, ""
+	s.setRole(role)
 	s.mu.Unlock()
 }
 
