@@ -282,6 +282,10 @@ func (n *Node) Barrier(timeout time.Duration) error { return n.raft.Barrier(time
 // Snapshot asks Raft to take a snapshot now.
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
 
+// transferWait bounds how long Shutdown waits for a leadership transfer:
+// Raft gives one up after an election timeout.
+const transferWait = 5 * time.Second
+
 // Shutdown stops the node: a leader first hands leadership to another
 // voter, then Raft stops, then its stores close.
 func (n *Node) Shutdown() error {
@@ -289,10 +293,22 @@ func (n *Node) Shutdown() error {
 	n.wg.Wait()
 	if n.raft.State() == raft.Leader {
 		if servers, err := n.Servers(); err == nil && len(servers) > 1 {
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
-				n.log.Warn("leadership transfer", "err", err)
-			} else {
-				n.log.Info("leadership transferred")
+			// The future is answered by Raft's loop; one that reaches
+			// Raft's queue as Raft stops (it stepped down and shut down
+			// meanwhile) is never answered, so it is not waited for
+			// past transferWait.
+			f := n.raft.LeadershipTransfer()
+			done := make(chan error, 1)
+			go func() { done <- f.Error() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					n.log.Warn("leadership transfer", "err", err)
+				} else {
+					n.log.Info("leadership transferred")
+				}
+			case <-time.After(transferWait):
+				n.log.Warn("leadership transfer: no answer, stopping anyway", "after", transferWait)
 			}
 		}
 	}
