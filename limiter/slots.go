@@ -252,7 +252,10 @@ func (s *Service) copySlot(key []byte, id string, ttl int64) {
 // slotEnded tells the members that h, a hold with a slot, ended.
 func (s *Service) slotEnded(h *reserve.Hold) {
 	if s.Slots != nil && h.SlotKey() != "" && s.Store.View() != 0 {
-		s.Slots.Ended([]string{s.Holds.Format(h)})
+		ids := []string{s.Holds.Format(h)}
+		// Remembered here too: a member may still answer a copy of it.
+		s.Holds.DropCopies(ids)
+		s.Slots.Ended(ids)
 	}
 }
 

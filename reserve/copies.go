@@ -37,6 +37,9 @@ func (s *Store) AddCopy(key, id string, expires int64) error {
 	if n, tag, node, ok := splitID(id); ok && node == s.node && s.find(n, tag) != nil {
 		return nil
 	}
+	if s.ended.has(id) {
+		return nil // its end came first: the copy was sent before it
+	}
 	if c := s.copyByID[id]; c != nil {
 		if expires > c.expires {
 			c.expires = expires
@@ -71,11 +74,15 @@ func (s *Store) RenewCopy(id string, expires int64) {
 }
 
 // DropCopies forgets the copies of ids (holds that ended), freeing their
-// slots here.
+// slots here, and remembers the ids a while: a copy of one that arrives
+// after its end (sent from an older list of holds, or answered by a member
+// the end had not reached yet) is not kept. The issuer calls it for its own
+// holds as they end.
 func (s *Store) DropCopies(ids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
+		s.ended.add(id)
 		if c := s.copyByID[id]; c != nil {
 			heap.Remove(&s.cexp, c.hi)
 			s.dropCopy(c)
@@ -215,4 +222,39 @@ func (s *Store) Slot(id string) string {
 		return h.key
 	}
 	return ""
+}
+
+// endedKept is how many ended holds' ids a node remembers: their ends and
+// late copies cross within seconds, and past this many the oldest is
+// forgotten (a copy of it arriving later counts until its TTL, as a copy
+// whose end never arrives).
+const endedKept = 1 << 16
+
+// endedIDs is the ids of the endedKept holds that ended last, in a ring.
+type endedIDs struct {
+	ring []string
+	next int
+	set  map[string]struct{}
+}
+
+func (e *endedIDs) has(id string) bool {
+	_, ok := e.set[id]
+	return ok
+}
+
+func (e *endedIDs) add(id string) {
+	if e.set == nil {
+		e.set = map[string]struct{}{}
+	}
+	if e.has(id) {
+		return
+	}
+	if len(e.ring) < endedKept {
+		e.ring = append(e.ring, id)
+	} else {
+		delete(e.set, e.ring[e.next])
+		e.ring[e.next] = id
+		e.next = (e.next + 1) % endedKept
+	}
+	e.set[id] = struct{}{}
 }

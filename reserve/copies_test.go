@@ -1,6 +1,9 @@
 package reserve
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+)
 
 // Copies of other nodes' holds count as held where the key is decided; a
 // member asking for the key's holds learns the own ones and the copies,
@@ -49,5 +52,39 @@ func TestCopiesCountAsHeld(t *testing.T) {
 	}
 	if err := s.AddCopy("x", "d@n2", 100); err != ErrFull {
 		t.Fatalf("a copy past the bound: %v, want ErrFull", err)
+	}
+}
+
+// A copy that arrives after its hold's end (sent from an older list of
+// holds, or answered by a member the end had not reached) is not kept,
+// and an issuer does not take back a copy of its own ended hold; the ids
+// remembered are bounded, the oldest forgotten first.
+func TestACopyAfterItsEndIsNotKept(t *testing.T) {
+	s := New("n1", 10, 0)
+	s.DropCopies([]string{"late@n2"})
+	if err := s.AddCopy("k", "late@n2", 100); err != nil || s.Copies() != 0 || s.Counted("k", 0) != 0 {
+		t.Fatalf("a copy after its end: %v, %d copies, %d counted", err, s.Copies(), s.Counted("k", 0))
+	}
+	h, _, _, err := s.OpenAt(0, 50, []byte("k"), 1, s.Gen())
+	if h == nil || err != nil {
+		t.Fatalf("a slot: %v", err)
+	}
+	s.Commit(h)
+	id := s.Format(h)
+	if taken, err := s.Take(id); taken == nil || err != nil {
+		t.Fatalf("take %s: %v", id, err)
+	}
+	s.DropCopies([]string{id}) // as the issuer does when a hold ends
+	if err := s.AddCopy("k", id, 100); err != nil || s.Counted("k", 0) != 0 {
+		t.Fatalf("the issuer took back a copy of its ended hold: %v, %d counted", err, s.Counted("k", 0))
+	}
+	for i := 0; i < endedKept; i++ {
+		s.DropCopies([]string{"x" + strconv.Itoa(i) + "@n2"})
+	}
+	if len(s.ended.set) != endedKept {
+		t.Fatalf("%d ended ids remembered, at most %d", len(s.ended.set), endedKept)
+	}
+	if err := s.AddCopy("k", "late@n2", 100); err != nil || s.Counted("k", 0) != 1 {
+		t.Fatalf("once forgotten, a late copy counts until its TTL: %v, %d counted", err, s.Counted("k", 0))
 	}
 }

@@ -108,6 +108,7 @@ type Store struct {
 	copies   map[string]map[string]*copyEntry
 	copyByID map[string]*copyEntry
 	cexp     copyExpiry
+	ended    endedIDs // copies.go
 	// gen counts the times another member asked for a key's holds
 	// (Holds): a decision chosen before one is taken again (OpenAt).
 	gen uint64
