@@ -123,7 +123,10 @@ func (n *Node) ReadState(consistent bool) (*State, error) {
 //
 // A commit index of 0 means the node has not heard one from a leader yet
 // (a restarted node whose log is not replayed): not ready.
-func (n *Node) Ready() bool {
+func (n *Node) Ready() bool { return n.readyFor(n.raft.CommitIndex()) }
+
+// readyFor is Ready with commit as the index the node must have applied.
+func (n *Node) readyFor(commit uint64) bool {
 	if n.removed.Load() {
 		return false
 	}
@@ -133,7 +136,6 @@ func (n *Node) Ready() bool {
 	if n.raft.State() == raft.Leader && n.readTerm.Load() != n.raft.CurrentTerm() {
 		return false
 	}
-	commit := n.raft.CommitIndex()
 	return commit > 0 && n.AppliedIndex() >= commit
 }
 
@@ -143,25 +145,19 @@ func (n *Node) Ready() bool {
 // node to apply what was committed when asked. A node that lags further
 // than d can apply, knows no leader, or was removed is not ready.
 func (n *Node) ReadyWithin(d time.Duration) bool {
-	if n.Ready() {
+	commit := n.raft.CommitIndex()
+	if n.readyFor(commit) {
 		return true
 	}
-	if n.removed.Load() {
+	if commit == 0 || n.removed.Load() {
 		return false
 	}
 	if addr, _ := n.raft.LeaderWithID(); addr == "" {
-		return false
-	}
-	commit := n.raft.CommitIndex()
-	if commit == 0 {
-		return false
+		return false // no wait: applying would not make it ready
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	if !n.waitApplied(ctx, commit) {
-		return false
-	}
-	return n.raft.State() != raft.Leader || n.readTerm.Load() == n.raft.CurrentTerm()
+	return n.waitApplied(ctx, commit) && n.readyFor(commit)
 }
 
 // AppliedIndex returns the index up to which the state machine has applied
