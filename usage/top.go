@@ -89,12 +89,12 @@ func (s *sampler) roll(sec int64) {
 	if sec < cur || !s.sec.CompareAndSwap(cur, sec) {
 		return
 	}
-	lv := s.level.Load()
-	if s.sampled.Swap(0) < ExactPerSecond/8 || sec != cur+1 {
-		lv = max(lv-1, 0)
-	}
-	if sec != cur+1 {
+	sampled, lv := s.sampled.Swap(0), s.level.Load()
+	switch {
+	case sec != cur+1:
 		lv = 0 // a second or more without calls
+	case sampled < ExactPerSecond/8:
+		lv = max(lv-1, 0)
 	}
 	s.level.Store(lv)
 	s.exact.Store(0)
