@@ -130,9 +130,14 @@ func (m *Metrics) Disconnect(cs *ConnStats) {
 		return
 	}
 	delete(s.live, cs)
+	cs.fold(s.retired)
+}
+
+// fold adds the connection's counts to t, by command id.
+func (cs *ConnStats) fold(t []cmdTotal) {
 	for id := range cs.cmds {
 		if st := cs.cmds[id].Load(); st != nil {
-			st.fold(&s.retired[id])
+			st.fold(&t[id])
 		}
 	}
 }
@@ -143,11 +148,7 @@ func (s *cmdStats) totals() []cmdTotal {
 	s.mu.Lock()
 	copy(out, s.retired)
 	for cs := range s.live {
-		for id := range cs.cmds {
-			if st := cs.cmds[id].Load(); st != nil {
-				st.fold(&out[id])
-			}
-		}
+		cs.fold(out)
 	}
 	s.mu.Unlock()
 	for id := range s.shared {
