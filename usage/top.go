@@ -50,7 +50,7 @@ const (
 // count is exact (Space-Saving's bound holds as stated); above, counts
 // are unbiased estimates (docs/commands.md, RL.TOP).
 const (
-	ExactPerSecond = 100_000
+	ExactPerSecond = 25_000
 	// maxLevel bounds the sampling: one call in 2^maxLevel.
 	maxLevel = 20
 )
