@@ -2,6 +2,7 @@ package usage
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -14,6 +15,10 @@ const (
 	countSlots  = 256
 	// countSteps is one minute of Step-long steps.
 	countSteps = 6
+	// countStripes is how many cache lines a node's counts spread over:
+	// a call adds to one picked at random, so calls to one busy node from
+	// many cores do not all write one line.
+	countStripes = 8
 )
 
 // Counts counts each budget node's admitted and refused calls over the
@@ -21,6 +26,14 @@ const (
 // A node idle for a minute gives its place to the next one that needs it;
 // when every place is busy, calls to further nodes are counted only in
 // Untracked.
+//
+// A call finds its node's counts in its shard's table without a lock (the
+// table is replaced whole, under the shard's lock, when a node is placed
+// or gives its place up) and adds to one stripe with a compare-and-swap
+// of a word that holds the step and the count together, so a new step
+// starts its count at once and a late call never adds to a newer step.
+// A call that races with its idle node giving up its place may be lost:
+// the node had no other call for a minute.
 type Counts struct {
 	seed      maphash.Seed
 	shards    [countShards]countShard
@@ -28,68 +41,104 @@ type Counts struct {
 }
 
 type countShard struct {
-	mu    sync.Mutex
-	used  int32
-	hand  int32 // where the search for an idle place resumes
-	slots [countSlots]countSlot
-	index [2 * countSlots]int32
-	_     [64]byte
+	mu    sync.Mutex // placing and giving up places
+	table atomic.Pointer[map[string]*countSlot]
+	// fullUntil is the step until which the shard was found full.
+	fullUntil atomic.Int64
+	_         [64]byte
 }
 
+// countSlot is one node's counts: per stripe and step, a word of the
+// step's tick (high 32 bits, wrapping) and its count (low 32 bits).
 type countSlot struct {
-	path   string // a budget node's path: the tree's own string, not a copy
-	hash   uint64
-	last   int64 // the last step it counted in
-	at     [countSteps]int64
-	ok, no [countSteps]int64
+	stripes [countStripes]struct {
+		ok, no [countSteps]atomic.Uint64
+		_      [64 - 2*countSteps*8%64]byte
+	}
 }
 
-// NewCounts returns empty counts; their memory is all taken here.
-func NewCounts() *Counts { return &Counts{seed: maphash.MakeSeed()} }
+const countMask = 1<<32 - 1
+
+// add counts one call at tick in the words of one stripe and step.
+func add(w *atomic.Uint64, tick int64) {
+	t := uint64(tick) & countMask
+	for {
+		old := w.Load()
+		switch ot := old >> 32; {
+		case ot == t:
+			if w.CompareAndSwap(old, old+1) {
+				return
+			}
+		case int32(uint32(t)-uint32(ot)) > 0: // an older step: start this one
+			if w.CompareAndSwap(old, t<<32|1) {
+				return
+			}
+		default: // a newer step took the word: this call is late
+			return
+		}
+	}
+}
+
+// read returns the count of w if it holds a step within the minute at
+// tick, and that step.
+func read(w *atomic.Uint64, tick int64) (int64, bool) {
+	v := w.Load()
+	d := int32(uint32(tick) - uint32(v>>32))
+	if v == 0 || d < 0 || d >= countSteps {
+		return 0, false
+	}
+	return int64(v & countMask), true
+}
+
+// NewCounts returns empty counts.
+func NewCounts() *Counts {
+	c := &Counts{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		m := map[string]*countSlot{}
+		c.shards[i].table.Store(&m)
+	}
+	return c
+}
 
 // Record counts one call to the node at path (admitted or not) at now.
 func (c *Counts) Record(now int64, path string, admitted bool) {
 	h := maphash.String(c.seed, path)
 	sh := &c.shards[h>>60] // countShards = 16
 	tick := now / Step
-	sh.mu.Lock()
-	sl := sh.find(h, path)
+	sl := (*sh.table.Load())[path]
 	if sl == nil {
-		if sl = sh.place(h, path, tick); sl == nil {
-			sh.mu.Unlock()
+		if sl = sh.place(path, tick); sl == nil {
 			c.untracked.Add(1)
 			return
 		}
 	}
+	st := &sl.stripes[rand.Uint32()%countStripes]
 	i := tick % countSteps
-	if sl.at[i] != tick {
-		sl.at[i], sl.ok[i], sl.no[i] = tick, 0, 0
-	}
 	if admitted {
-		sl.ok[i]++
+		add(&st.ok[i], tick)
 	} else {
-		sl.no[i]++
+		add(&st.no[i], tick)
 	}
-	sl.last = tick
-	sh.mu.Unlock()
 }
 
 // Get returns the calls to the node at path admitted and refused over the
 // last minute at now, and false if the node is not followed.
 func (c *Counts) Get(now int64, path string) (admitted, refused int64, ok bool) {
 	h := maphash.String(c.seed, path)
-	sh := &c.shards[h>>60]
-	tick := now / Step
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sl := sh.find(h, path)
+	sl := (*c.shards[h>>60].table.Load())[path]
 	if sl == nil {
 		return 0, 0, false
 	}
-	for i := range sl.at {
-		if sl.at[i] > tick-countSteps && sl.at[i] <= tick {
-			admitted += sl.ok[i]
-			refused += sl.no[i]
+	tick := now / Step
+	for s := range sl.stripes {
+		st := &sl.stripes[s]
+		for i := range st.ok {
+			if n, in := read(&st.ok[i], tick); in {
+				admitted += n
+			}
+			if n, in := read(&st.no[i], tick); in {
+				refused += n
+			}
 		}
 	}
 	return admitted, refused, true
@@ -98,57 +147,64 @@ func (c *Counts) Get(now int64, path string) (admitted, refused int64, ok bool) 
 // Untracked returns how many calls were not counted for want of a place.
 func (c *Counts) Untracked() int64 { return c.untracked.Load() }
 
-func (sh *countShard) find(h uint64, path string) *countSlot {
-	mask := uint64(len(sh.index) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
-		v := sh.index[i]
-		if v == 0 {
-			return nil
-		}
-		if sl := &sh.slots[v-1]; sl.hash == h && sl.path == path {
-			return sl
+// idle reports whether sl counted nothing in the minute before tick.
+func (sl *countSlot) idle(tick int64) bool {
+	for s := range sl.stripes {
+		st := &sl.stripes[s]
+		for i := range st.ok {
+			if _, in := read(&st.ok[i], tick); in {
+				return false
+			}
+			if _, in := read(&st.no[i], tick); in {
+				return false
+			}
 		}
 	}
+	return true
 }
 
-// place gives path a slot: a free one, or one idle for a minute among the
-// next few after the hand; nil if none.
-func (sh *countShard) place(h uint64, path string, tick int64) *countSlot {
-	var i int32 = -1
-	if sh.used < countSlots {
-		i = sh.used
-		sh.used++
-	} else {
-		for k := 0; k < 16; k++ {
-			j := sh.hand
-			sh.hand = (sh.hand + 1) % countSlots
-			if sh.slots[j].last <= tick-countSteps {
-				i = j
+// place gives path a place in the shard: a free one, or the place of a
+// node idle for a minute; nil if every place is busy. The table is
+// replaced whole, so that calls read it without the lock.
+func (sh *countShard) place(path string, tick int64) *countSlot {
+	if tick < sh.fullUntil.Load() {
+		return nil // found full this step: calls to untracked nodes cost a load
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old := *sh.table.Load()
+	if sl := old[path]; sl != nil {
+		return sl // placed by another call meanwhile
+	}
+	idle := ""
+	if len(old) >= countSlots {
+		// Look at a few places (the map's order is random): as the old
+		// clock hand did, so that a full shard costs a call little.
+		seen := 0
+		for p, sl := range old {
+			if sl.idle(tick) {
+				idle = p
+				break
+			}
+			if seen++; seen == 16 {
 				break
 			}
 		}
-		if i < 0 {
+		if idle == "" {
+			sh.fullUntil.Store(tick + 1)
 			return nil
 		}
-		sh.unindex(sh.slots[i].hash, i)
 	}
-	sl := &sh.slots[i]
-	*sl = countSlot{path: path, hash: h, last: tick}
-	for j := range sl.at {
-		sl.at[j] = -1
-	}
-	mask := uint64(len(sh.index) - 1)
-	for j := h & mask; ; j = (j + 1) & mask {
-		if sh.index[j] == 0 {
-			sh.index[j] = i + 1
-			return sl
+	next := make(map[string]*countSlot, len(old)+1)
+	for p, sl := range old {
+		if p != idle {
+			next[p] = sl
 		}
 	}
-}
-
-// unindex removes slot i, whose hash is h, from the index.
-func (sh *countShard) unindex(h uint64, i int32) {
-	unindexSlot(sh.index[:], h, i, func(v int32) uint64 { return sh.slots[v-1].hash })
+	sl := new(countSlot)
+	next[path] = sl
+	sh.table.Store(&next)
+	return sl
 }
 
 // Recorder is what a node keeps of its calls: the keys admitted and

@@ -342,3 +342,46 @@ func TestSamplingKeepsTheBoundInExpectation(t *testing.T) {
 		t.Errorf("a calm second after the load: level %d, was %d", after, before)
 	}
 }
+
+// Calls to one node from 8 goroutines at once, across a step's end, are
+// each counted once: the stripes' step-and-count words start a new step
+// without losing a call, and a late call never counts in a newer step.
+func TestCountsExactUnderConcurrentCalls(t *testing.T) {
+	c := NewCounts()
+	const workers, per = 8, 20_000
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				// 20 s of calls: two steps and their boundary.
+				c.Record(t0+int64(i)*int64(time.Millisecond), "acme/api", (i+w)%4 != 0)
+			}
+		}(w)
+	}
+	wg.Wait()
+	ok, no, found := c.Get(t0+int64(25*time.Second), "acme/api")
+	if !found || ok+no != workers*per || no != workers*per/4 {
+		t.Fatalf("admitted %d refused %d of %d calls (a quarter refused)", ok, no, workers*per)
+	}
+	// A call for a step already past, after a newer one began in its word,
+	// is not counted in the newer step.
+	c.Record(t0+int64(70*time.Second), "acme/api", true)
+	c.Record(t0+int64(10*time.Second), "acme/api", true)
+	if ok, _, _ := c.Get(t0+int64(70*time.Second), "acme/api"); ok != 1 {
+		t.Fatalf("admitted %d in the minute before 70 s, want 1", ok)
+	}
+}
+
+func BenchmarkCountsRecord(b *testing.B) {
+	c := NewCounts()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int64(0)
+		for pb.Next() {
+			i++
+			c.Record(t0+i, "acme/api", true)
+		}
+	})
+}
