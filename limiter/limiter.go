@@ -41,6 +41,7 @@ type Scratch struct {
 	// member asked for the key's holds meanwhile.
 	slotGen  uint64
 	slotHere bool
+	usage    usage.Local // the console's memo of this caller's budget node
 }
 
 // Cluster is the replicated state a service reads and writes; a
@@ -184,7 +185,7 @@ func (s *Service) Acquire(c *Call, sc *Scratch, w Watcher) (Outcome, error) {
 			if out.Node != nil {
 				node = out.Node.Path
 			}
-			s.Recorder.Record(now, c.Path, c.Subject, node, out.Allowed != 0)
+			s.Recorder.Record(now, c.Path, c.Subject, node, out.Allowed != 0, &sc.usage)
 		}
 	}
 	return out, nil

@@ -49,8 +49,12 @@ type countShard struct {
 }
 
 // countSlot is one node's counts: per stripe and step, a word of the
-// step's tick (high 32 bits, wrapping) and its count (low 32 bits).
+// step's tick (high 32 bits, wrapping) and its count (low 32 bits). gone
+// is set once the node has given its place up, so that a caller's memo
+// (Local) of it is dropped.
 type countSlot struct {
+	gone    atomic.Bool
+	_       [63]byte // calls read gone; keep it off the counts' lines
 	stripes [countStripes]struct {
 		ok, no [countSteps]atomic.Uint64
 		_      [64 - 2*countSteps*8%64]byte
@@ -100,19 +104,48 @@ func NewCounts() *Counts {
 	return c
 }
 
-// Record counts one call to the node at path (admitted or not) at now.
-func (c *Counts) Record(now int64, path string, admitted bool) {
-	h := maphash.String(c.seed, path)
-	sh := &c.shards[h>>60] // countShards = 16
+// Local is one caller's memo (a connection's): the node it counted last,
+// and the stripe it counts in, so that a caller calling one node again
+// finds its counts without a hash or a table, and two callers on two
+// cores mostly write two cache lines. Its zero value is ready; it is not
+// safe for concurrent use.
+type Local struct {
+	path   string
+	slot   *countSlot
+	stripe uint32 // the stripe + 1; 0 until chosen
+}
+
+// Record counts one call to the node at path (admitted or not) at now;
+// l, if not nil, is the caller's memo.
+func (c *Counts) Record(now int64, path string, admitted bool, l *Local) {
 	tick := now / Step
-	sl := (*sh.table.Load())[path]
-	if sl == nil {
-		if sl = sh.place(path, tick); sl == nil {
-			c.untracked.Add(1)
-			return
+	var sl *countSlot
+	if l != nil && l.slot != nil && l.path == path && !l.slot.gone.Load() {
+		sl = l.slot
+	} else {
+		h := maphash.String(c.seed, path)
+		sh := &c.shards[h>>60] // countShards = 16
+		if sl = (*sh.table.Load())[path]; sl == nil {
+			if sl = sh.place(path, tick); sl == nil {
+				c.untracked.Add(1)
+				return
+			}
+		}
+		if l != nil {
+			l.path, l.slot = path, sl
 		}
 	}
-	st := &sl.stripes[rand.Uint32()%countStripes]
+	var stripe uint32
+	switch {
+	case l == nil:
+		stripe = rand.Uint32() % countStripes
+	case l.stripe == 0:
+		l.stripe = rand.Uint32()%countStripes + 1
+		fallthrough
+	default:
+		stripe = l.stripe - 1
+	}
+	st := &sl.stripes[stripe]
 	i := tick % countSteps
 	if admitted {
 		add(&st.ok[i], tick)
@@ -201,6 +234,9 @@ func (sh *countShard) place(path string, tick int64) *countSlot {
 			next[p] = sl
 		}
 	}
+	if idle != "" {
+		old[idle].gone.Store(true)
+	}
 	sl := new(countSlot)
 	next[path] = sl
 	sh.table.Store(&next)
@@ -220,14 +256,15 @@ func NewRecorder() *Recorder {
 }
 
 // Record counts one decided call to the key path#sub (sub nil: path) at
-// now, and to the budget node at node ("" for an inline call).
-func (r *Recorder) Record(now int64, path, sub []byte, node string, admitted bool) {
+// now, and to the budget node at node ("" for an inline call); l, if not
+// nil, is the caller's memo.
+func (r *Recorder) Record(now int64, path, sub []byte, node string, admitted bool, l *Local) {
 	if admitted {
 		r.Admitted.Record(now, path, sub)
 	} else {
 		r.Refused.Record(now, path, sub)
 	}
 	if node != "" {
-		r.Nodes.Record(now, node, admitted)
+		r.Nodes.Record(now, node, admitted, l)
 	}
 }

@@ -42,8 +42,10 @@ const (
 // Sampling. In each second a Top records the first ExactPerSecond calls
 // exactly; past them it records each further call with probability
 // 2^-level and weight 2^level. The level starts each second where the
-// last one ended (one lower if that second sampled little) and rises by
-// one for every ExactPerSecond/4 sampled calls, so that a node records
+// last one ended (one lower if that second sampled little), jumps when
+// the exact calls run out to where the rest of the second would sample
+// ExactPerSecond/4 at the rate so far, and rises by one for every
+// ExactPerSecond/4 sampled calls, so that a node records
 // a bounded number of calls a second whatever its load: a call not
 // recorded costs two atomic loads and a random number, not the sketches'
 // lock, hash and heap step. Below ExactPerSecond calls a second every
@@ -69,8 +71,14 @@ func (s *sampler) take(now int64) (weight int64, ok bool) {
 	if sec := now / int64(time.Second); sec != s.sec.Load() {
 		s.roll(sec)
 	}
-	if s.exact.Load() < ExactPerSecond && s.exact.Add(1) <= ExactPerSecond {
-		return 1, true
+	if s.exact.Load() < ExactPerSecond {
+		switch n := s.exact.Add(1); {
+		case n < ExactPerSecond:
+			return 1, true
+		case n == ExactPerSecond:
+			s.jump(now)
+			return 1, true
+		}
 	}
 	lv := s.level.Load()
 	if lv > 0 && rand.Uint64()&(1<<lv-1) != 0 {
@@ -80,6 +88,24 @@ func (s *sampler) take(now int64) (weight int64, ok bool) {
 		s.level.CompareAndSwap(lv, lv+1)
 	}
 	return int64(1) << lv, true
+}
+
+// jump raises the level, when the last exact call of a second is taken
+// at now, to where the rest of the second, at the rate of its calls so
+// far, samples at most ExactPerSecond/4 calls: a load that starts at once
+// is sampled from its first second as it will be later, rather than
+// recording ExactPerSecond/4 calls at each level on the way up.
+func (s *sampler) jump(now int64) {
+	sec := int64(time.Second)
+	into := max(now-s.sec.Load()*sec, 1) // into the second
+	expected := float64(ExactPerSecond) * float64(sec-into) / float64(into)
+	lv := int32(0)
+	for lv < maxLevel && expected > float64(int64(ExactPerSecond/4)<<lv) {
+		lv++
+	}
+	if cur := s.level.Load(); lv > cur {
+		s.level.CompareAndSwap(cur, lv)
+	}
 }
 
 // roll starts the count of second sec; one caller does it. A late clock

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -179,7 +180,7 @@ func TestRecordAllocatesNothing(t *testing.T) {
 	i := 0
 	if n := testing.AllocsPerRun(10_000, func() {
 		i++
-		r.Record(t0+int64(i)*1e6, keys[i%len(keys)], sub, "tenant", i%3 == 0)
+		r.Record(t0+int64(i)*1e6, keys[i%len(keys)], sub, "tenant", i%3 == 0, nil)
 	}); n != 0 {
 		t.Fatalf("%.2f allocations a call", n)
 	}
@@ -188,7 +189,7 @@ func TestRecordAllocatesNothing(t *testing.T) {
 func TestCountsLastMinute(t *testing.T) {
 	c := NewCounts()
 	for i := 0; i < 10; i++ {
-		c.Record(t0+int64(i)*int64(time.Second), "acme", i%2 == 0)
+		c.Record(t0+int64(i)*int64(time.Second), "acme", i%2 == 0, nil)
 	}
 	if ok, no, found := c.Get(t0+int64(30*time.Second), "acme"); !found || ok != 5 || no != 5 {
 		t.Fatalf("got %d %d %v", ok, no, found)
@@ -202,14 +203,14 @@ func TestCountsLastMinute(t *testing.T) {
 func TestCountsBounded(t *testing.T) {
 	c := NewCounts()
 	for i := 0; i < 3*NodeCapacity; i++ {
-		c.Record(t0, "n"+strconv.Itoa(i), true)
+		c.Record(t0, "n"+strconv.Itoa(i), true, nil)
 	}
 	if c.Untracked() == 0 {
 		t.Fatal("every node followed beyond the capacity")
 	}
 	// A minute later the places are idle and taken again.
 	later := t0 + int64(2*time.Minute)
-	c.Record(later, "fresh", false)
+	c.Record(later, "fresh", false, nil)
 	if _, no, ok := c.Get(later, "fresh"); !ok || no != 1 {
 		t.Fatalf("fresh node after idle ones: %d %v", no, ok)
 	}
@@ -226,7 +227,7 @@ func BenchmarkRecord(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			r.Record(t0, keys[i&1023], nil, "tenant", true)
+			r.Record(t0, keys[i&1023], nil, "tenant", true, nil)
 		}
 	})
 }
@@ -354,9 +355,13 @@ func TestCountsExactUnderConcurrentCalls(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
+			var l *Local // half the callers keep a memo, as connections do
+			if w%2 == 0 {
+				l = new(Local)
+			}
 			for i := 0; i < per; i++ {
 				// 20 s of calls: two steps and their boundary.
-				c.Record(t0+int64(i)*int64(time.Millisecond), "acme/api", (i+w)%4 != 0)
+				c.Record(t0+int64(i)*int64(time.Millisecond), "acme/api", (i+w)%4 != 0, l)
 			}
 		}(w)
 	}
@@ -367,10 +372,49 @@ func TestCountsExactUnderConcurrentCalls(t *testing.T) {
 	}
 	// A call for a step already past, after a newer one began in its word,
 	// is not counted in the newer step.
-	c.Record(t0+int64(70*time.Second), "acme/api", true)
-	c.Record(t0+int64(10*time.Second), "acme/api", true)
+	c.Record(t0+int64(70*time.Second), "acme/api", true, nil)
+	c.Record(t0+int64(10*time.Second), "acme/api", true, nil)
 	if ok, _, _ := c.Get(t0+int64(70*time.Second), "acme/api"); ok != 1 {
 		t.Fatalf("admitted %d in the minute before 70 s, want 1", ok)
+	}
+}
+
+// A caller's memo of a node that has since given its place up is
+// dropped: the next call counts in the node's new place, not the old one.
+func TestCountsMemoOfAGoneNodeIsDropped(t *testing.T) {
+	c := NewCounts()
+	var l Local
+	c.Record(t0, "a", true, &l)
+	gone := l.slot
+	// Fill a's shard, then, a minute later, place new nodes in it until
+	// a (idle since) has given its place up.
+	sh := &c.shards[maphash.String(c.seed, "a")>>60]
+	inShard := func(i *int) string {
+		for ; ; *i++ {
+			if p := "n" + strconv.Itoa(*i); maphash.String(c.seed, p)>>60 == maphash.String(c.seed, "a")>>60 {
+				*i++
+				return p
+			}
+		}
+	}
+	i := 0
+	for len(*sh.table.Load()) < countSlots {
+		c.Record(t0, inShard(&i), true, nil)
+	}
+	later := t0 + int64(2*time.Minute)
+	for n := 0; (*sh.table.Load())["a"] != nil; n++ {
+		if n == 100_000 {
+			t.Fatal("a never gave its place up")
+		}
+		later += int64(time.Millisecond)
+		c.Record(later, inShard(&i), true, nil)
+	}
+	c.Record(later, "a", false, &l)
+	if l.slot == gone || !gone.gone.Load() {
+		t.Fatal("the memo still holds the place a gave up")
+	}
+	if ok, no, found := c.Get(later, "a"); !found || ok != 0 || no != 1 {
+		t.Fatalf("a in its new place: admitted %d refused %d found %v, want 0 1 true", ok, no, found)
 	}
 }
 
@@ -378,10 +422,32 @@ func BenchmarkCountsRecord(b *testing.B) {
 	c := NewCounts()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		var l Local
 		i := int64(0)
 		for pb.Next() {
 			i++
-			c.Record(t0+i, "acme/api", true)
+			c.Record(t0+i, "acme/api", true, &l)
 		}
 	})
+}
+
+// A load that starts at once is sampled from its first second as in the
+// seconds after: 1 M calls in one second are recorded at most
+// ExactPerSecond + ExactPerSecond/4 times (climbing a level per
+// ExactPerSecond/4 sampled calls from 0 recorded 2.75 × ExactPerSecond),
+// and the total stays an unbiased estimate.
+func TestALoadIsSampledFromItsFirstSecond(t *testing.T) {
+	tp := NewTop()
+	const n = 1_000_000
+	for i := 0; i < n; i++ {
+		tp.Record(t0+int64(i)*int64(time.Second)/n, []byte("k"+strconv.Itoa(i%1000)), nil)
+	}
+	recorded := tp.exact.Load() + tp.sampled.Load()
+	if recorded > ExactPerSecond+ExactPerSecond/4 || tp.Level() != 8 {
+		t.Fatalf("%d calls recorded of %d, level %d; want at most %d, level 8", recorded, n, tp.Level(), ExactPerSecond+ExactPerSecond/4)
+	}
+	s := tp.Summary(t0 + int64(time.Second) - 1)
+	if d := math.Abs(float64(s.N - n)); d > 6*math.Sqrt(n*256) {
+		t.Fatalf("total %d of %d", s.N, n)
+	}
 }
