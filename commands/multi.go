@@ -205,7 +205,7 @@ func (env *Env) queue(c Writer, s *Session, cm *Command, args [][]byte) {
 	// than MaxQueuedBytes cannot hold any amount together.
 	if !t.reserve(env, len(t.arena)+size, len(t.spans)+len(args), len(t.cmds)+1, len(args)) {
 		t.dirty = true
-		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached --max-client-buffers; EXEC will be refused")
+		c.WriteError("ERR client buffers are full: queued transactions and read buffers together reached their share of --max-client-buffers; EXEC will be refused")
 		return
 	}
 	q := queued{cmd: cm, first: len(t.spans), argc: len(args)}

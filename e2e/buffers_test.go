@@ -35,15 +35,15 @@ func rssOf(t *testing.T, pid int) (now, peak int64) {
 // TestTransactionsStayWithinClientBuffers: 32 connections each open a
 // transaction and queue 1 MiB ECHOs until the server refuses one, with
 // --max-client-buffers at its default of 1 GiB. The bytes the server
-// counts stay within the flag (plus each connection's first 16 KiB read
-// buffer), and the whole process's resident memory at its peak stays
-// within 1.5 times the flag (2.1 GiB before the runtime's memory limit
-// followed the flag, memlimit.go; 1.21 to 1.29 times the flag while a
-// transaction's queue grew by copying and took a copy of each command's
-// read buffer; 1.06 to 1.07 times since, beside a busy CPU, but 1.24 in
-// CI beside two CPU hogs and the other packages' tests, where connections
-// refused early closed and their queues' garbage outran the collector:
-// the promise of the flag and a tenth does not hold there yet).
+// counts stay within the buffers' share of the flag (seven eighths, plus
+// each connection's first 16 KiB read buffer), and the whole process's
+// resident memory at its peak stays within 1.25 times the flag: 0.99 to
+// 1.04 times beside two CPU hogs since the buffers take seven eighths
+// and the collector's lag the rest (1.11 to 1.15 when they took the whole
+// flag, and 1.24 in CI beside the other packages' tests, where
+// connections refused early closed and their queues' garbage outran the
+// collector; 2.1 GiB before the runtime's memory limit followed the flag,
+// memlimit.go).
 func TestTransactionsStayWithinClientBuffers(t *testing.T) {
 	const bound, conns, arg = 1 << 30, 32, 1 << 20
 	p := single(t, "--max-client-buffers", strconv.Itoa(bound), "--max-bulk-len", strconv.Itoa(2<<20))
@@ -108,10 +108,10 @@ func TestTransactionsStayWithinClientBuffers(t *testing.T) {
 	if refused == 0 {
 		t.Errorf("%d connections queued %d MiB and none was refused", conns, 2*bound>>20)
 	}
-	if most := float64(bound + (conns+2)*16<<10); accounted > most {
+	if most := float64(bound - bound/8 + (conns+2)*16<<10); accounted > most {
 		t.Errorf("counted %.0f bytes of client buffers, over %.0f", accounted, most)
 	}
-	if float64(peak) > 1.5*bound {
+	if float64(peak) > 1.25*bound {
 		t.Errorf("resident memory reached %.1f MiB at its peak under a bound of %d MiB", mib(peak), bound>>20)
 	}
 }

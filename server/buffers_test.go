@@ -54,7 +54,7 @@ func TestClientBuffersHaveATotalBound(t *testing.T) {
 		defer mu.Unlock()
 		return len(refused) >= 2
 	})
-	want := "-ERR client read buffers are full: the connections' read buffers together reached --max-client-buffers (4194304 bytes); this command does not fit now"
+	want := "-ERR client read buffers are full: the connections' read buffers together reached their share of --max-client-buffers (3670016 of 4194304 bytes); this command does not fit now"
 	mu.Lock()
 	for i, r := range refused {
 		if r != want {

@@ -135,8 +135,9 @@ func (c *conn) resetBuffer() {
 // buffersFull refuses a command the read buffers cannot take and ends the
 // connection.
 func (c *conn) buffersFull() error {
-	c.WriteError("ERR client read buffers are full: the connections' read buffers together reached --max-client-buffers (" +
-		strconv.Itoa(c.srv.cfg.MaxClientBuffers) + " bytes); this command does not fit now")
+	flag := int64(c.srv.cfg.MaxClientBuffers)
+	c.WriteError("ERR client read buffers are full: the connections' read buffers together reached their share of --max-client-buffers (" +
+		strconv.FormatInt(ClientBufferShare(flag), 10) + " of " + strconv.FormatInt(flag, 10) + " bytes); this command does not fit now")
 	c.srv.env.Metrics.ConnectionsClosed.WithLabelValues("client_buffers").Inc()
 	c.flush()
 	c.linger()

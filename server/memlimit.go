@@ -14,9 +14,11 @@ import (
 // resident memory reached twice the bound above the rest (2.1 GB for
 // 1 GiB). GovernMemory keeps the runtime's soft memory limit at what the
 // rest of the process takes, with the runtime's usual room for its
-// garbage, plus the bound and a twentieth of it: client buffers are
-// counted once. While they are far from the bound the limit is above
-// the runtime's own goal and changes nothing.
+// garbage, plus the buffers' share of the bound (ClientBufferShare, seven
+// eighths) and a sixteenth of the bound: client buffers are counted once,
+// and what the collector lags behind (it gives up collecting past half
+// the CPU) has the last sixteenth. While they are far from the bound the
+// limit is above the runtime's own goal and changes nothing.
 
 // governEvery is how often the limit follows what the process holds.
 const governEvery = 100 * time.Millisecond
@@ -24,12 +26,12 @@ const governEvery = 100 * time.Millisecond
 // memoryLimit is the soft memory limit for a process whose runtime holds
 // nonHeap bytes outside heap objects and free heap spans, whose heap had
 // live bytes live after the last collection, other of them outside the
-// client buffers, under a bound on those. Never below what is live plus
-// a twentieth of the bound, so that a stale figure cannot make the
-// runtime collect without end.
+// client buffers, under --max-client-buffers bound. Never below what is
+// live plus a sixteenth of the bound, so that a stale figure cannot make
+// the runtime collect without end.
 func memoryLimit(nonHeap, live, other, bound int64) int64 {
-	room := bound / 20
-	return nonHeap + max(2*other+bound, live) + room
+	room := bound / 16
+	return nonHeap + max(2*other+ClientBufferShare(bound), live) + room
 }
 
 // otherEstimate follows what the heap holds outside the client buffers,

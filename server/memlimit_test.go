@@ -3,15 +3,16 @@ package server
 import "testing"
 
 // The limit counts client buffers once: the rest with the runtime's
-// usual room for its garbage (twice), the bound and a twentieth of it;
-// never below what is live plus that twentieth.
+// usual room for its garbage (twice), the buffers' share of the bound
+// (seven eighths) and a sixteenth of the bound, which together stay
+// within the bound; never below what is live plus that sixteenth.
 func TestMemoryLimitCountsClientBuffersOnce(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct{ nonHeap, live, other, bound, want int64 }{
-		{8 * mib, 20 * mib, 20 * mib, 1024 * mib, 8*mib + 40*mib + 1024*mib + 1024*mib/20},
-		{8 * mib, 1044 * mib, 20 * mib, 1024 * mib, 8*mib + 1064*mib + 1024*mib/20},
+		{8 * mib, 20 * mib, 20 * mib, 1024 * mib, 8*mib + 40*mib + 896*mib + 64*mib},
+		{8 * mib, 1044 * mib, 20 * mib, 1024 * mib, 8*mib + 1044*mib + 64*mib},
 		// A stale estimate of the rest: what is live stands.
-		{8 * mib, 2000 * mib, 20 * mib, 1024 * mib, 8*mib + 2000*mib + 1024*mib/20},
+		{8 * mib, 2000 * mib, 20 * mib, 1024 * mib, 8*mib + 2000*mib + 64*mib},
 	} {
 		if got := memoryLimit(c.nonHeap, c.live, c.other, c.bound); got != c.want {
 			t.Errorf("memoryLimit(%d, %d, %d, %d) = %d, want %d", c.nonHeap, c.live, c.other, c.bound, got, c.want)

@@ -149,9 +149,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// ClientBufferShare is the part of --max-client-buffers that client
+// buffers themselves may hold: the rest (an eighth) is room for the
+// garbage the collector has not reached yet (buffers left behind as they
+// grew, queues of closed connections), so that the process's memory for
+// client buffers, that garbage included, stays within the flag
+// (memlimit.go).
+func ClientBufferShare(flag int64) int64 { return flag - flag/8 }
+
 // reserveBuffer takes n more bytes of --max-client-buffers for a read
 // buffer or a queued transaction, or gives -n back; it refuses growth
-// past the bound. It never counts past the bound even for a moment (a
+// past the buffers' share of it (ClientBufferShare). It never counts past
+// the bound even for a moment (a
 // refused reservation is not added and taken back), so the gauge of
 // sluice_client_buffers_bytes shows what is held.
 func (s *Server) reserveBuffer(n int64) bool {
@@ -161,7 +170,7 @@ func (s *Server) reserveBuffer(n int64) bool {
 	}
 	for {
 		cur := s.buffers.Load()
-		if cur+n > int64(s.cfg.MaxClientBuffers) {
+		if cur+n > ClientBufferShare(int64(s.cfg.MaxClientBuffers)) {
 			return false
 		}
 		if s.buffers.CompareAndSwap(cur, cur+n) {
