@@ -13,11 +13,11 @@ rate-limit headers of the APIs it calls.
   transport that pace requests by the server's headers.
 """
 
-from ._core import (AsyncHeld, CircuitOpen, Decision, Fallback, Held, NoReservation, Reservation, SluiceError,
+from ._core import (Algo, AsyncHeld, CircuitOpen, Decision, Fallback, Held, NoReservation, Reservation, SluiceError,
                     Unavailable)
 from .aio import AsyncClient
 from .client import Client
 
-__all__ = ["AsyncClient", "AsyncHeld", "CircuitOpen", "Client", "Decision", "Fallback", "Held", "NoReservation",
+__all__ = ["Algo", "AsyncClient", "AsyncHeld", "CircuitOpen", "Client", "Decision", "Fallback", "Held", "NoReservation",
            "Reservation", "SluiceError", "Unavailable"]
 __version__ = "0.2.0"

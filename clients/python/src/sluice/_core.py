@@ -9,9 +9,15 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import redis.exceptions
+
+
+# The algorithms ALGO names (docs/algorithms.md); archtest's drift test
+# holds this list to the server's registry.
+Algo = Literal["token_bucket", "gcra", "sliding_window", "fixed_window", "leaky_bucket"]
+
 
 #: Error replies that mean "sluice cannot decide now", not "your call is wrong".
 TRANSIENT_REPLIES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN")
@@ -519,7 +525,7 @@ class Calls:
         return d
 
     def acquire(self, key: str, rate: int, per: Any = None, burst: Optional[int] = None,
-                algo: Optional[str] = None, cost: Optional[int] = None, wait: Any = None,
+                algo: Optional[Algo] = None, cost: Optional[int] = None, wait: Any = None,
                 dryrun: bool = False) -> Decision:
         """RL.ACQUIRE key RATE rate [PER per] [BURST burst] [ALGO algo] [COST cost]
         [WAIT ms] [DRYRUN]. ``per`` is a unit ("minute") or seconds; ``wait``
@@ -539,7 +545,7 @@ class Calls:
         return self._decide(budget_call("RL.ACQUIRE", path, key, cost, wait, dryrun, True), wait)
 
     def peek(self, key: str, rate: int, per: Any = None, burst: Optional[int] = None,
-             algo: Optional[str] = None, cost: Optional[int] = None) -> Decision:
+             algo: Optional[Algo] = None, cost: Optional[int] = None) -> Decision:
         """RL.PEEK with an inline limit: the decision, nothing consumed."""
         return self._decide(acquire_call("RL.PEEK", key, rate, per, burst, algo, cost, None, False, False), None)
 
@@ -548,7 +554,7 @@ class Calls:
         return self._decide(budget_call("RL.PEEK", path, key, cost, None, False, False), None)
 
     def refund(self, key: str, cost: int, rate: int, per: Any = None, burst: Optional[int] = None,
-               algo: Optional[str] = None) -> Decision:
+               algo: Optional[Algo] = None) -> Decision:
         """RL.REFUND: gives cost tokens back. No failure policy: raises
         :class:`Unavailable` when sluice cannot be asked."""
         c = acquire_call("RL.REFUND", key, rate, per, burst, algo, cost, None, False, False)
@@ -573,7 +579,7 @@ class Calls:
         return self._decide(c, None)
 
     def reserve(self, target: str, estimate: int, *, key: Optional[str] = None, rate: Optional[int] = None,
-                per: Any = None, burst: Optional[int] = None, algo: Optional[str] = None,
+                per: Any = None, burst: Optional[int] = None, algo: Optional[Algo] = None,
                 quota: Optional[int] = None, quota_per: Optional[str] = None, quota_tz: Optional[str] = None,
                 concurrency: Optional[int] = None, ttl: Any = None, wait: Any = None) -> Reservation:
         """RL.RESERVE: admits ``estimate`` tokens and holds them until
