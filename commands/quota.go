@@ -14,7 +14,7 @@ func quotaCommands() []*Command {
 		{Name: "RL.QUOTA", Arity: -2, Flags: 0, FirstKey: 1, Handler: quotaCmd,
 			Summary: "Report a calendar quota (the tightest a call counts against), list the cluster's counters, set one's count or forget one.",
 			Syntax:  "key|path [KEY subject] [QUOTA n PER period [TZ zone]] | LIST [prefix] [AFTER level] [COUNT n] | SET key|path [KEY subject] [QUOTA n PER period [TZ zone]] USED n | RESET key|path [KEY subject] [QUOTA n PER period [TZ zone]]"},
-		{Name: "RL.QUOTASYNC", Arity: 3, Flags: FlagAdmin, Handler: quotaSyncCmd,
+		{Name: "RL.QUOTASYNC", Arity: 3, Flags: FlagAdmin | FlagPeer, Handler: quotaSyncCmd,
 			Summary: "Internal: commit a node's batch of quota counts through Raft.",
 			Syntax:  "from-node-id payload"},
 	}

@@ -27,6 +27,10 @@ const (
 	// FlagTx commands control a transaction (MULTI, EXEC, DISCARD, WATCH):
 	// they run at once inside MULTI rather than being queued.
 	FlagTx
+	// FlagPeer commands are node-to-node traffic: a session that has not
+	// authenticated as a node of the cluster does not see them (ERR
+	// unknown command; COMMAND does not list them).
+	FlagPeer
 )
 
 // Command is one entry of the registry.
@@ -77,6 +81,7 @@ func (env *Env) Clock() int64 {
 type Registry struct {
 	byName map[string]*Command
 	list   []*Command
+	public []*Command // list less the node-to-node commands (FlagPeer)
 }
 
 // NewRegistry returns a registry holding every sluice command.
@@ -93,11 +98,24 @@ func NewRegistry() *Registry {
 func (r *Registry) add(c *Command) {
 	c.id = len(r.list)
 	r.list = append(r.list, c)
+	if c.Flags&FlagPeer == 0 {
+		r.public = append(r.public, c)
+	}
 	r.byName[strings.ToLower(c.Name)] = c
 }
 
-// Commands returns every command in registration order.
+// Commands returns every command in registration order, node-to-node
+// ones included.
 func (r *Registry) Commands() []*Command { return r.list }
+
+// lookupFor finds a command as session s sees it: node-to-node commands
+// only on a connection authenticated as a node.
+func (r *Registry) lookupFor(s *Session, name []byte) *Command {
+	if c := r.Lookup(name); c != nil && (c.Flags&FlagPeer == 0 || s.Peer() != "") {
+		return c
+	}
+	return nil
+}
 
 // Lookup finds a command by name, case-insensitively, without allocating.
 func (r *Registry) Lookup(name []byte) *Command {
@@ -135,6 +153,9 @@ func (env *Env) Exec(c Writer, s *Session, args [][]byte) {
 		if cm = env.Registry.Lookup(args[0]); cm != nil {
 			s.lastName, s.nameCmd = append(s.lastName[:0], args[0]...), cm
 		}
+	}
+	if cm != nil && cm.Flags&FlagPeer != 0 && s.Peer() == "" {
+		cm = nil // node-to-node traffic: not a command a client can call
 	}
 	if cm == nil {
 		env.Metrics.Unknown()

@@ -7,7 +7,7 @@ import (
 
 func slotCommands() []*Command {
 	return []*Command{
-		{Name: "RL.SLOT", Arity: -4, Flags: FlagAdmin, Handler: slotCmd,
+		{Name: "RL.SLOT", Arity: -4, Flags: FlagAdmin | FlagPeer, Handler: slotCmd,
 			Summary: "Internal: what the node deciding a key's concurrency slots tells, or asks, the other members.",
 			Syntax:  "from-node-id COPY key id ttl-ns | HOLDS view key | ENDED id [id ...] | RENEWED id ttl-ns"},
 	}

@@ -8,10 +8,10 @@ import (
 
 func syncCommands() []*Command {
 	return []*Command{
-		{Name: "RL.SYNC", Arity: 3, Flags: FlagAdmin, Handler: syncCmd,
+		{Name: "RL.SYNC", Arity: 3, Flags: FlagAdmin | FlagPeer, Handler: syncCmd,
 			Summary: "Internal: a peer's consumption since its last message, applied to the local buckets.",
 			Syntax:  "from-node-id payload"},
-		{Name: "RL.LEASE", Arity: -3, Flags: FlagAdmin, Handler: leaseCmd,
+		{Name: "RL.LEASE", Arity: -3, Flags: FlagAdmin | FlagPeer, Handler: leaseCmd,
 			Summary: "Internal: a peer asks this node, the owner of some buckets, for tokens (or gives unused ones back).",
 			Syntax:  "from-node-id [RETURN] payload"},
 	}

@@ -30,7 +30,7 @@ func usageCommands() []*Command {
 		{Name: "RL.TOP", Arity: -1, Flags: FlagReadOnly, Handler: topCmd,
 			Summary: "List the keys refused (or admitted) most over the last minutes, cluster-wide.",
 			Syntax:  "[DENIED|ADMITTED] [COUNT n] [LOCAL]"},
-		{Name: "RL.TOPSUMMARY", Arity: 2, Flags: FlagAdmin | FlagReadOnly, Handler: topSummaryCmd,
+		{Name: "RL.TOPSUMMARY", Arity: 2, Flags: FlagAdmin | FlagReadOnly | FlagPeer, Handler: topSummaryCmd,
 			Summary: "Internal: this node's heavy-hitters summary, for a node merging the cluster's.",
 			Syntax:  "DENIED|ADMITTED"},
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/access"
+	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
 
@@ -55,8 +56,23 @@ func TestConnectionCommands(t *testing.T) {
 			t.Errorf("CLIENT INFO %s lacks %q", info, want)
 		}
 	}
-	if n := c.Do("COMMAND", "COUNT"); n != fmt.Sprint(len(s.reg.Commands())) {
-		t.Errorf("COMMAND COUNT %s", n)
+	// COMMAND shows a client every command but the node-to-node ones.
+	public := 0
+	for _, cm := range s.reg.Commands() {
+		if cm.Flags&commands.FlagPeer == 0 {
+			public++
+		}
+	}
+	if n := c.Do("COMMAND", "COUNT"); n != fmt.Sprint(public) || public == len(s.reg.Commands()) {
+		t.Errorf("COMMAND COUNT %s; %d commands, %d of them public", n, len(s.reg.Commands()), public)
+	}
+	for _, internal := range []string{"rl.sync", "rl.lease", "rl.slot", "rl.quotasync", "rl.topsummary"} {
+		if got := c.Do("COMMAND", "INFO", internal); got != "[nil]" {
+			t.Errorf("COMMAND INFO %s: %s", internal, got)
+		}
+		if list := c.Do("COMMAND", "LIST"); strings.Contains(list, `"`+internal+`"`) {
+			t.Errorf("COMMAND LIST names %s", internal)
+		}
 	}
 	docs := c.Do("COMMAND", "DOCS", "RL.ACQUIRE")
 	if !strings.HasPrefix(docs, `["rl.acquire" ["summary" "Check a limit`) {
@@ -115,7 +131,7 @@ func TestAuthAndRoles(t *testing.T) {
 		{cmd("RL.REFUND", "k", "COST", "1"), "-NOPERM User gateway has no permissions to run the 'rl.refund' command"},
 		{cmd("RL.QUOTA", "q", "QUOTA", "5", "PER", "day"), `["level" "q" "limit" 5 "used" 0 "remaining" 5 "period" "day" "resets_at" ` + fmt.Sprint(t0/1e9+86400) + ` "reset_after_ms" 86400000]`},
 		{cmd("RL.QUOTA", "RESET", "q", "QUOTA", "5", "PER", "day"), "-NOPERM this user has no permissions to run the 'rl.quota' command or its subcommand"},
-		{cmd("RL.QUOTASYNC", "n1", "{}"), "-NOPERM User gateway has no permissions to run the 'rl.quotasync' command"},
+		{cmd("RL.QUOTASYNC", "n1", "{}"), "-ERR unknown command 'RL.QUOTASYNC', with args beginning with: 'n1' '{}' "},
 		{cmd("CONFIG", "GET", "*"), "-NOPERM User gateway has no permissions to run the 'config' command"},
 		{cmd("CLIENT", "LIST"), "-NOPERM this user has no permissions to run the 'client' command or its subcommand"},
 		{cmd("AUTH", "ops", "ops-secret"), "+OK"},
