@@ -52,6 +52,8 @@ func TestUnauthenticatedConnectionsHaveSmallLimits(t *testing.T) {
 	for _, tc := range []struct{ send, want string }{
 		{"*20\r\n", "-ERR Protocol error: unauthenticated multibulk length (at most 10 arguments before AUTH)"},
 		{"*2\r\n$100000\r\n", "-ERR Protocol error: unauthenticated bulk length (at most 16384 bytes before AUTH)"},
+		// An inline line too: 32,000 words would be 32,000 arguments.
+		{strings.Repeat("x ", 32000) + "\r\n", "-ERR Protocol error: unauthenticated inline request (at most 10 arguments before AUTH)"},
 	} {
 		c := resptest.Dial(t, n.Server.RespAddr())
 		c.Conn.Write([]byte(tc.send))

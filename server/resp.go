@@ -16,6 +16,15 @@ type limits struct {
 // keep large arguments.
 var preAuthLimits = limits{maxArgs: 10, maxBulk: 16 << 10, preAuth: true}
 
+// tooManyArgs is the error for a command of more than maxArgs arguments,
+// what naming the form (a multibulk length, an inline request).
+func (lim limits) tooManyArgs(what string) protoError {
+	if lim.preAuth {
+		return protoError("unauthenticated " + what + " (at most " + strconv.Itoa(lim.maxArgs) + " arguments before AUTH)")
+	}
+	return protoError("invalid " + what + " (at most " + strconv.Itoa(lim.maxArgs) + " arguments, --max-args)")
+}
+
 // maxInline bounds an inline (telnet-style) command line, as Redis does.
 const maxInline = 64 << 10
 
@@ -37,7 +46,7 @@ func parseCommand(b []byte, args [][]byte, lim limits) (out [][]byte, n int, nee
 		return out, 0, 1, nil
 	}
 	if b[0] != '*' {
-		return parseInline(b, out)
+		return parseInline(b, out, lim)
 	}
 	count, i, ok, perr := parseHeader(b, 1, "invalid multibulk length")
 	if perr != nil || !ok {
@@ -47,10 +56,7 @@ func parseCommand(b []byte, args [][]byte, lim limits) (out [][]byte, n int, nee
 		return out, i, 0, nil
 	}
 	if count > int64(lim.maxArgs) {
-		if lim.preAuth {
-			return out, 0, 0, protoError("unauthenticated multibulk length (at most " + strconv.Itoa(lim.maxArgs) + " arguments before AUTH)")
-		}
-		return out, 0, 0, protoError("invalid multibulk length (at most " + strconv.Itoa(lim.maxArgs) + " arguments, --max-args)")
+		return out, 0, 0, lim.tooManyArgs("multibulk length")
 	}
 	for a := int64(0); a < count; a++ {
 		if i >= len(b) {
@@ -125,8 +131,9 @@ func parseHeader(b []byte, i int, what string) (v int64, next int, ok bool, err 
 // parseInline parses a telnet-style line the way Redis splits it:
 // whitespace-separated words, "double quotes" with \n \r \t \b \a \\ \"
 // and \xhh escapes, 'single quotes' with \'. Arguments are unescaped in
-// place in b.
-func parseInline(b []byte, out [][]byte) ([][]byte, int, int, error) {
+// place in b. A line of more than lim.maxArgs words is refused as a
+// multibulk header of as many would be (a 64 KiB line holds 32,768).
+func parseInline(b []byte, out [][]byte, lim limits) ([][]byte, int, int, error) {
 	eol := -1
 	for i, c := range b {
 		if c == '\n' {
@@ -151,6 +158,9 @@ func parseInline(b []byte, out [][]byte) ([][]byte, int, int, error) {
 		}
 		if i == len(line) {
 			return out, eol + 1, 0, nil
+		}
+		if len(out) == lim.maxArgs {
+			return out, 0, 0, lim.tooManyArgs("inline request")
 		}
 		w := i // write position for the unescaped argument
 		start := w

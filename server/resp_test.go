@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/redcon"
@@ -70,6 +71,9 @@ func TestParseCommand(t *testing.T) {
 		{`ECHO "open` + "\r\n", "[]", "unbalanced quotes in request"},
 		{`ECHO "a"b` + "\r\n", "[]", "unbalanced quotes in request"},
 		{"*99999999999999999999\r\n", "[]", "invalid multibulk length"},
+		// An inline line of more words than --max-args is refused too.
+		{strings.Repeat("x ", 64) + "\r\n", "[[" + strings.TrimSpace(strings.Repeat("x ", 64)) + "]]", ""},
+		{strings.Repeat("x ", 65) + "\r\n", "[]", "invalid inline request (at most 64 arguments, --max-args)"},
 	}
 	for _, c := range cases {
 		got, err := parseAll([]byte(c.in))
