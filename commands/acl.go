@@ -7,9 +7,9 @@ import (
 )
 
 // ACL shows the users and roles sluice has (from --requirepass and
-// --acl-file, fixed at start) in Redis's ACL rule notation, so that tools
-// that read them (redis-cli, admin UIs) see what each user may do. They
-// cannot be changed at run time.
+// --acl-file, read at start and again on SIGHUP) in Redis's ACL rule
+// notation, so that tools that read them (redis-cli, admin UIs) see what
+// each user may do. ACL commands cannot change them.
 
 func aclCommands() []*Command {
 	return []*Command{
@@ -85,7 +85,7 @@ func aclCmd(ctx *Ctx) {
 		}
 	case eq(sub, "SETUSER") || eq(sub, "DELUSER") || eq(sub, "LOAD") || eq(sub, "SAVE") || eq(sub, "GETUSER") ||
 		eq(sub, "DRYRUN") || eq(sub, "GENPASS") || eq(sub, "LOG"):
-		c.WriteError("ERR ACL " + strings.ToUpper(printable(sub, 64)) + " is not supported: users and roles come from --requirepass and --acl-file, read at start (see ACL LIST)")
+		c.WriteError("ERR ACL " + strings.ToUpper(printable(sub, 64)) + " is not supported: users and roles come from --requirepass and --acl-file, read at start and on SIGHUP (see ACL LIST)")
 	default:
 		c.WriteError("ERR unknown subcommand or wrong number of arguments for '" + printable(sub, 64) + "'. Try ACL HELP.")
 	}

@@ -240,7 +240,7 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		{"ACL WHOAMI", blk("default")},
 		{"ACL USERS", arr{blk("default")}},
 		{"ACL LIST", arr{blk("user default on nopass ~* &* +@all")}},
-		{"ACL SETUSER x", errv("ERR ACL SETUSER is not supported: users and roles come from --requirepass and --acl-file, read at start (see ACL LIST)")},
+		{"ACL SETUSER x", errv("ERR ACL SETUSER is not supported: users and roles come from --requirepass and --acl-file, read at start and on SIGHUP (see ACL LIST)")},
 		{"RESET", sstr("RESET")},
 		{"CLIENT GETNAME", nul{}}, // RESET went back to RESP2
 		{"HELLO {p}", hello},
