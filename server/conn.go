@@ -158,15 +158,14 @@ func (c *conn) serve() error {
 	sess.ReadBuf.Store(int64(len(c.buf)))
 	sess.ReadPeak.Store(int64(len(c.buf)))
 	lim := limits{maxArgs: c.srv.cfg.MaxArgs, maxBulk: c.srv.cfg.MaxBulkLen}
-	preAuth := sess.Role() == access.RoleNone
 	for {
 		// Run every complete command in the buffer.
 		for c.r < c.w {
+			// A session without a role (not yet authenticated, or RESET
+			// since) gets the limits before AUTH.
 			use := lim
-			if preAuth {
-				if preAuth = sess.Role() == access.RoleNone; preAuth {
-					use = preAuthLimits
-				}
+			if sess.Role() == access.RoleNone {
+				use = preAuthLimits
 			}
 			args, n, need, err := parseCommand(c.buf[c.r:c.w], c.args, use)
 			if err != nil {
@@ -258,10 +257,14 @@ func (c *conn) setReadDeadline(sess *commands.Session) {
 	if t := c.srv.cfg.Timeout; t > 0 {
 		at, why = time.Now().Add(t), "idle"
 	}
-	if !c.authBy.IsZero() {
-		if sess.Role() != access.RoleNone {
-			c.authBy = time.Time{}
-		} else if at.IsZero() || c.authBy.Before(at) {
+	if sess.Role() != access.RoleNone {
+		c.authBy = time.Time{}
+	} else {
+		if c.authBy.IsZero() && c.srv.cfg.AuthTimeout > 0 {
+			// RESET dropped the role: the session has a new deadline.
+			c.authBy = time.Now().Add(c.srv.cfg.AuthTimeout)
+		}
+		if !c.authBy.IsZero() && (at.IsZero() || c.authBy.Before(at)) {
 			at, why = c.authBy, "auth_timeout"
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +68,37 @@ func TestAuthTimeoutClosesUnauthenticatedConnections(t *testing.T) {
 	}
 	if got := scrape(t, n.Server.HTTPAddr())[`sluice_connections_closed_total{reason="auth_timeout"}`]; got < 1 {
 		t.Fatalf("sluice_connections_closed_total{reason=\"auth_timeout\"} = %v", got)
+	}
+}
+
+// RESET on an authenticated connection with a password set drops its
+// role, and with it the connection is back to the limits before AUTH: 10
+// arguments at most, and closed at --auth-timeout unless it
+// authenticates again.
+func TestResetReturnsToTheLimitsBeforeAuth(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.RequirePass = "a-long-enough-password"; c.AuthTimeout = time.Second })
+	for _, tc := range []struct {
+		name string
+		then func(c *resptest.Client)
+	}{
+		{"a command of 20 arguments", func(c *resptest.Client) {
+			c.Conn.Write([]byte("*20\r\n"))
+			if got := c.Read(); got != "-ERR Protocol error: unauthenticated multibulk length (at most 10 arguments before AUTH)" {
+				t.Errorf("20 arguments after RESET: %s", got)
+			}
+		}},
+		{"silence", func(c *resptest.Client) { closedByServer(t, c.Conn) }},
+	} {
+		c := resptest.Dial(t, n.Server.RespAddr())
+		if got := c.Do("AUTH", "a-long-enough-password"); got != "+OK" {
+			t.Fatal(got)
+		}
+		if got := c.Do("RESET"); got != "+RESET" {
+			t.Fatal(got)
+		}
+		if got := c.Do("PING"); !strings.HasPrefix(got, "-NOAUTH") {
+			t.Fatalf("%s: PING after RESET: %s", tc.name, got)
+		}
+		tc.then(c)
 	}
 }
