@@ -1,8 +1,6 @@
 package commands
 
 import (
-	"encoding/json"
-
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
@@ -14,9 +12,6 @@ func quotaCommands() []*Command {
 		{Name: "RL.QUOTA", Arity: -2, Flags: 0, FirstKey: 1, Handler: quotaCmd,
 			Summary: "Report a calendar quota (the tightest a call counts against), list the cluster's counters, set one's count or forget one.",
 			Syntax:  "key|path [KEY subject] [QUOTA n PER period [TZ zone]] | LIST [prefix] [AFTER level] [COUNT n] | SET key|path [KEY subject] [QUOTA n PER period [TZ zone]] USED n | RESET key|path [KEY subject] [QUOTA n PER period [TZ zone]]"},
-		{Name: "RL.QUOTASYNC", Arity: 3, Flags: FlagAdmin | FlagPeer, Handler: quotaSyncCmd,
-			Summary: "Internal: commit a node's batch of quota counts through Raft.",
-			Syntax:  "from-node-id payload"},
 	}
 }
 
@@ -152,20 +147,4 @@ func quotaSet(ctx *Ctx) {
 		return
 	}
 	ctx.Conn.WriteInt(n)
-}
-
-func quotaSyncCmd(ctx *Ctx) {
-	if !fromPeer(ctx, ctx.Args[1]) {
-		return
-	}
-	var b quota.Batch
-	if err := json.Unmarshal(ctx.Args[2], &b); err != nil {
-		peerFailed(ctx, &limiter.PeerError{Payload: limiter.NotABatch})
-		return
-	}
-	if n, err := ctx.Env.Service.CommitQuotas(string(ctx.Args[1]), &b); err != nil {
-		peerFailed(ctx, err)
-	} else {
-		ctx.Conn.WriteInt(n)
-	}
 }

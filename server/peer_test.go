@@ -1,27 +1,14 @@
 package server
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/access"
-	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/testsupport/resptest"
 )
-
-// forgedBatch is an RL.QUOTASYNC payload counting used calls of key i|k.
-func forgedBatch(t *testing.T, seq uint64, used int64) string {
-	t.Helper()
-	b, err := json.Marshal(quota.Batch{Seq: seq, Now: t0, Quotas: []raftfsm.QuotaItem{{
-		Key: raftfsm.QuotaKey("i|k"), Limit: 5, Start: t0, End: t0 + day, Used: used, Period: "day UTC"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
 
 // forgedEntry is an RL.CLUSTER APPLY argument: a QuotaAdd entry.
 func forgedEntry(origin string, seq uint64, req *raftfsm.ReqID) string {
@@ -63,8 +50,7 @@ func TestInternalCommandsOnlyFromNodes(t *testing.T) {
 			}
 			seqBefore := n.Raft.FSM().QuotaSeq(id)
 			for _, args := range [][]string{
-				{"RL.QUOTASYNC", id, forgedBatch(t, 1<<63, 3)},
-				{"RL.QUOTASYNC", id, forgedBatch(t, uint64(time.Now().UnixNano()), 3)},
+				{"RL.TOPSUMMARY", "DENIED"},
 				{"RL.SYNC", id, "x"},
 				{"RL.LEASE", id, "x"},
 				{"RL.SLOT", id, "HOLDS", "1", "k"},
@@ -126,10 +112,6 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	if got := other.Do("ACL", "WHOAMI"); got != `"sluice-peer:n9"` {
 		t.Fatalf("ACL WHOAMI of a node: %s", got)
 	}
-	wrong := "-NOPERM RL.QUOTASYNC for node '" + id + "' on a connection authenticated as node 'n9'"
-	if got := other.Do("RL.QUOTASYNC", id, forgedBatch(t, uint64(time.Now().UnixNano()), 3)); got != wrong {
-		t.Errorf("a batch for another node:\n got %s\nwant %s", got, wrong)
-	}
 	if got := other.Do("RL.SYNC", id, "x"); !strings.HasPrefix(got, "-NOPERM RL.SYNC for node '"+id+"'") {
 		t.Errorf("RL.SYNC for another node: %s", got)
 	}
@@ -148,34 +130,26 @@ func TestForgedInternalEntriesChangeNothing(t *testing.T) {
 	if got := other.Do("RL.CLUSTER", "APPLY", forgedEntry("n9", uint64(time.Now().UnixNano()), req)); got != "-NOPERM RL.CLUSTER APPLY: a write numbered by node '"+id+"' from node 'n9'" {
 		t.Errorf("a forwarded write numbered as another node's: %s", got)
 	}
-	if got := other.Do("RL.QUOTASYNC", "n9", forgedBatch(t, uint64(time.Now().UnixNano()), 3)); got != "-ERR RL.QUOTASYNC from 'n9', which is not a member" {
-		t.Errorf("a batch from a node that is not a member: %s", got)
+	if got := other.Do("RL.SYNC", "n9", "x"); got != "-ERR RL.SYNC from 'n9', which is not a member" {
+		t.Errorf("consumption from a node that is not a member: %s", got)
 	}
 
 	self := login(id, "peer-secret")
-	huge := "18446744073709551615"
-	for _, args := range [][]string{
-		{"RL.QUOTASYNC", id, strings.Replace(forgedBatch(t, 1, 3), `"seq":1,`, `"seq":`+huge+`,`, 1)},
-		{"RL.CLUSTER", "APPLY", forgedEntry(id, 1<<63+1, nil)},
-	} {
-		if got := self.Do(args...); !strings.Contains(got, "more than an hour ahead of this node's clock") {
-			t.Errorf("%s with a batch number from the future: %s", args[0], got)
+	for _, seq := range []uint64{1<<63 + 1, 1<<64 - 1} {
+		if got := self.Do("RL.CLUSTER", "APPLY", forgedEntry(id, seq, nil)); !strings.Contains(got, "more than an hour ahead of this node's clock") {
+			t.Errorf("a forwarded batch numbered %d, from the future: %s", seq, got)
 		}
 	}
 	if used := committedUsed(n); used != 0 {
 		t.Fatalf("committed quota count %d after refused batches", used)
 	}
 
-	// A batch replayed, directly or forwarded, is counted once.
+	// A batch forwarded again is counted once.
 	seq := uint64(time.Now().Add(-time.Second).UnixNano())
-	batch := forgedBatch(t, seq, 3)
-	for i := 0; i < 2; i++ {
-		if got := self.Do("RL.QUOTASYNC", id, batch); strings.HasPrefix(got, "-") {
-			t.Fatalf("batch, attempt %d: %s", i, got)
+	for i := 0; i < 3; i++ {
+		if got := self.Do("RL.CLUSTER", "APPLY", forgedEntry(id, seq, nil)); !strings.HasPrefix(got, `"`) {
+			t.Fatalf("the batch forwarded, attempt %d: %s", i, got)
 		}
-	}
-	if got := self.Do("RL.CLUSTER", "APPLY", forgedEntry(id, seq, nil)); !strings.HasPrefix(got, `"`) {
-		t.Fatalf("the batch forwarded again: %s", got)
 	}
 	if used := committedUsed(n); used != 3 {
 		t.Fatalf("committed quota count %d after one batch of 3 sent three times, want 3", used)
