@@ -16,8 +16,9 @@ const (
 	// countSteps is one minute of Step-long steps.
 	countSteps = 6
 	// countStripes is how many cache lines a node's counts spread over:
-	// a call adds to one picked at random, so calls to one busy node from
-	// many cores do not all write one line.
+	// each connection adds to its own (Local; the stripes are taken in
+	// turn, a call without a memo picks one at random), so calls to one
+	// busy node from many cores do not all write one line.
 	countStripes = 8
 )
 
@@ -84,8 +85,8 @@ func add(w *atomic.Uint64, tick int64) {
 	}
 }
 
-// read returns the count of w if it holds a step within the minute at
-// tick, and that step.
+// read returns the count of w, and whether w holds a step within the
+// minute at tick.
 func read(w *atomic.Uint64, tick int64) (int64, bool) {
 	v := w.Load()
 	d := int32(uint32(tick) - uint32(v>>32))
@@ -108,8 +109,8 @@ func NewCounts() *Counts {
 // Local is one caller's memo (a connection's): the node it counted last,
 // and the stripe it counts in, so that a caller calling one node again
 // finds its counts without a hash or a table, and up to countStripes
-// callers on as many cores write as many cache lines. Its zero value is ready; it is not
-// safe for concurrent use.
+// callers on as many cores write as many cache lines. Its zero value is
+// ready; it is not safe for concurrent use.
 type Local struct {
 	path   string
 	slot   *countSlot
