@@ -108,10 +108,13 @@ func (r *Registry) add(c *Command) {
 // ones included.
 func (r *Registry) Commands() []*Command { return r.list }
 
-// lookupFor finds a command as session s sees it: node-to-node commands
-// only on a connection authenticated as a node.
+// hiddenFrom reports whether session s does not see c: a node-to-node
+// command on a connection not authenticated as a node.
+func (c *Command) hiddenFrom(s *Session) bool { return c.Flags&FlagPeer != 0 && s.Peer() == "" }
+
+// lookupFor finds a command as session s sees it (hiddenFrom).
 func (r *Registry) lookupFor(s *Session, name []byte) *Command {
-	if c := r.Lookup(name); c != nil && (c.Flags&FlagPeer == 0 || s.Peer() != "") {
+	if c := r.Lookup(name); c != nil && !c.hiddenFrom(s) {
 		return c
 	}
 	return nil
@@ -154,7 +157,7 @@ func (env *Env) Exec(c Writer, s *Session, args [][]byte) {
 			s.lastName, s.nameCmd = append(s.lastName[:0], args[0]...), cm
 		}
 	}
-	if cm != nil && cm.Flags&FlagPeer != 0 && s.Peer() == "" {
+	if cm != nil && cm.hiddenFrom(s) {
 		cm = nil // node-to-node traffic: not a command a client can call
 	}
 	if cm == nil {
