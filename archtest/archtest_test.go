@@ -16,7 +16,7 @@ const module = "github.com/sluice-rl/sluice"
 // builds, bottom first. A package may import packages of its own layer or
 // below, and the libraries; never one above.
 var layers = [][]string{
-	{"engine"},
+	{"bounds", "engine"},
 	{"fault", "budget", "quota", "reserve", "usage", "access"},
 	{"limiter", "raftfsm"},
 	{"commands", "httpapi", "envoyrls", "console"}, // the fronts
@@ -38,8 +38,13 @@ const helpers = "testsupport"
 var suites = []string{"e2e", "robust", "hostile", "deploy", "archtest"}
 
 // engineMay lists what engine, at the bottom, imports of this repository:
-// the Go client's window arithmetic (a module of its own), nothing else.
-var engineMay = []string{"client/window"}
+// the Go client's window arithmetic (a module of its own) and the bounds
+// of a call's arguments (package bounds, which imports only that window
+// arithmetic), nothing else.
+var engineMay = []string{"client/window", "bounds"}
+
+// boundsMay is what bounds imports of this repository: the window syntax.
+var boundsMay = []string{"client/window"}
 
 type pkg struct {
 	ImportPath   string
@@ -159,6 +164,8 @@ func checkProduction(t *testing.T, p string, imports []string) {
 			t.Errorf("%s imports %s: production packages never import test helpers or suites", p, q)
 		case p == "engine" && !slices.Contains(engineMay, q):
 			t.Errorf("engine imports %s: engine, at the bottom, imports nothing of the module", q)
+		case p == "bounds" && !slices.Contains(boundsMay, q):
+			t.Errorf("bounds imports %s: the bounds of a call import nothing of the module but the window syntax", q)
 		case isLibrary(q):
 		case q == "commands" && p != "server":
 			t.Errorf("%s imports commands: only server (the node's wiring) may import the RESP front", p)

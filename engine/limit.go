@@ -4,18 +4,20 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/bounds"
 )
 
-// Bounds on limit parameters. They keep every intermediate product inside
-// 128 bits and every time inside int64 nanoseconds.
+// Bounds on limit parameters, package bounds's (where every front takes
+// them and their messages from). They keep every intermediate product
+// inside 128 bits and every time inside int64 nanoseconds.
 const (
-	MaxRate   = 1_000_000_000_000 // tokens per window
-	MaxBurst  = 1_000_000_000_000
-	MaxCost   = 1_000_000_000_000
-	MinWindow = time.Millisecond
-	MaxWindow = 3650 * 24 * time.Hour
+	MaxRate   = bounds.MaxRate // tokens per window
+	MaxBurst  = bounds.MaxBurst
+	MaxCost   = bounds.MaxCost
+	MinWindow = bounds.MinWindow
+	MaxWindow = bounds.MaxWindow
 	// MaxRefill bounds BURST×WINDOW/RATE, the time an empty bucket takes to
 	// refill, so that reservation horizons stay far from int64 overflow.
 	MaxRefill = 100 * 365 * 24 * time.Hour
@@ -49,21 +51,25 @@ func argErr(arg, format string, a ...any) error {
 	return &ArgError{Arg: arg, Msg: fmt.Sprintf(format, a...)}
 }
 
+// boundErr is the refusal of an argument outside its bound, in package
+// bounds's words.
+func boundErr(arg, text string) error { return &ArgError{Arg: arg, Msg: text} }
+
 // NewLimit validates and builds a limit of rate tokens per window with the
 // given burst capacity. Window algorithms count rate requests per window;
 // they take burst only when it equals rate.
 func NewLimit(algo Algo, rate int64, window time.Duration, burst int64) (Limit, error) {
 	if !algo.nameable() {
-		return Limit{}, argErr("ALGO", "must be one of %s", strings.Join(AlgoNames(), ", "))
+		return Limit{}, boundErr("ALGO", bounds.OneOfText(AlgoNames()))
 	}
-	if rate < 1 || rate > MaxRate {
-		return Limit{}, argErr("RATE", "must be an integer between 1 and %d", int64(MaxRate))
+	if !bounds.Rate.In(rate) {
+		return Limit{}, boundErr("RATE", bounds.Rate.Text())
 	}
-	if window < MinWindow || window > MaxWindow {
-		return Limit{}, argErr("PER", "must be between 1ms and 3650d")
+	if !bounds.InWindow(window) {
+		return Limit{}, boundErr("PER", bounds.WindowText())
 	}
-	if burst < 1 || burst > MaxBurst {
-		return Limit{}, argErr("BURST", "must be an integer between 1 and %d", int64(MaxBurst))
+	if !bounds.Burst.In(burst) {
+		return Limit{}, boundErr("BURST", bounds.Burst.Text())
 	}
 	l := Limit{Algo: algo, Rate: rate, Window: int64(window), Burst: burst}
 	if algo.IsWindow() {
@@ -90,15 +96,14 @@ func NewCellLimit(maxBurst, count, periodSeconds int64) (Limit, error) {
 	if count == 0 || periodSeconds == 0 {
 		return Limit{}, errZeroRate
 	}
-	if maxBurst < 0 || maxBurst >= MaxBurst {
-		return Limit{}, argErr("max_burst", "must be an integer between 0 and %d", int64(MaxBurst-1))
+	if mb := (bounds.Int{Lo: 0, Hi: MaxBurst - 1}); !mb.In(maxBurst) {
+		return Limit{}, boundErr("max_burst", mb.Text())
 	}
-	if count < 0 || count > MaxRate {
-		return Limit{}, argErr("count", "must be an integer between 1 and %d", int64(MaxRate))
+	if count < 0 || count > MaxRate { // 0 is redis-cell's errZeroRate, above
+		return Limit{}, boundErr("count", bounds.Rate.Text())
 	}
-	const maxPeriod = int64(MaxWindow / time.Second)
-	if periodSeconds < 0 || periodSeconds > maxPeriod {
-		return Limit{}, argErr("period", "must be an integer between 1 and %d (seconds)", maxPeriod)
+	if p := (bounds.Int{Lo: 1, Hi: int64(MaxWindow / time.Second)}); periodSeconds < 0 || periodSeconds > p.Hi {
+		return Limit{}, boundErr("period", p.Text()+" (seconds)")
 	}
 	ns := periodSeconds * int64(time.Second)
 	ei := int64(float64(ns) / float64(count))
@@ -118,8 +123,8 @@ func NewCellLimit(maxBurst, count, periodSeconds int64) (Limit, error) {
 // quota counters of different periods are different limits, and handed
 // back with the counts (DrainQuota).
 func NewQuotaLimit(n, period int64) (Limit, error) {
-	if n < 1 || n > MaxRate {
-		return Limit{}, argErr("QUOTA", "must be an integer between 1 and %d", int64(MaxRate))
+	if !bounds.Quota.In(n) {
+		return Limit{}, boundErr("QUOTA", bounds.Quota.Text())
 	}
 	if period < 1 {
 		return Limit{}, argErr("QUOTA", "needs a period")
