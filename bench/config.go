@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/flagx"
 )
@@ -173,9 +174,9 @@ func parseArgs(args []string, help io.Writer) (Config, error) {
 	}
 	c.ThrottlePer = 1
 	if raw.per != "" {
-		d, ok := parseWindow(raw.per)
+		d, ok := bounds.ParseWindow([]byte(raw.per))
 		if !ok {
-			return c, fmt.Errorf("--per must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d (got %q)", raw.per)
+			return c, fmt.Errorf("%s (got %q)", bounds.WindowMsg("--per"), raw.per)
 		}
 		c.Per = raw.per
 		c.ThrottlePer = int64(d / time.Second)
@@ -226,13 +227,6 @@ func parseDuration(s string, lo, hi time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("must be a duration between %v and %v (got %q)", lo, hi, s)
 	}
 	return d, nil
-}
-
-// parseWindow checks a PER value the way the server reads it, between 1ms
-// and 3650d.
-func parseWindow(s string) (time.Duration, bool) {
-	d, ok := engine.ParseWindow([]byte(s))
-	return d, ok && d >= engine.MinWindow && d <= engine.MaxWindow
 }
 
 // targetList is the repeatable -h flag; the first use replaces the default.

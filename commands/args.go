@@ -2,7 +2,8 @@ package commands
 
 import (
 	"math"
-	"strconv"
+
+	"github.com/sluice-rl/sluice/bounds"
 )
 
 // Replies shared by many commands, in Redis's words.
@@ -124,16 +125,18 @@ func parseInt(b []byte) (int64, bool) {
 // intArg parses a named integer in [lo, hi]; the error names the argument
 // and the accepted range.
 func intArg(b []byte, name string, lo, hi int64) (int64, string) {
+	return boundArg(b, name, bounds.Int{Lo: lo, Hi: hi})
+}
+
+// boundArg parses a named integer within r, one of package bounds's
+// ranges; the error is that package's message for the argument.
+func boundArg(b []byte, name string, r bounds.Int) (int64, string) {
 	n, ok := parseInt(b)
-	if !ok || n < lo || n > hi {
-		return 0, rangeErr(name, lo, hi)
+	if !ok || !r.In(n) {
+		return 0, errPrefix + r.Msg(name)
 	}
 	return n, ""
 }
 
 // twice is the reply to an option given more than once.
 func twice(name string) string { return errPrefix + name + " given twice" }
-
-func rangeErr(name string, lo, hi int64) string {
-	return errPrefix + name + " must be an integer between " + strconv.FormatInt(lo, 10) + " and " + strconv.FormatInt(hi, 10)
-}

@@ -5,15 +5,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/quota"
 )
 
-// MaxWaitMs bounds WAIT: a held connection costs a goroutine and a timer,
-// and shutdown must not wait longer than this for in-flight replies.
-const MaxWaitMs = 60000
+// MaxWaitMs bounds WAIT (bounds.MaxWaitMs).
+const MaxWaitMs = bounds.MaxWaitMs
 
 func limitCommands() []*Command {
 	return []*Command{
@@ -98,38 +98,38 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 		switch {
 		case allowed&optLimit != 0 && eq(a, "RATE"):
 			if v, e = need(i, 1<<0, "RATE"); e == "" {
-				la.rate, e = intArg(v, "RATE", 1, engine.MaxRate)
+				la.rate, e = boundArg(v, "RATE", bounds.Rate)
 				la.hasRate = true
 			}
 		case allowed&optLimit != 0 && eq(a, "PER"):
 			if v, e = need(i, 1<<1, "PER"); e == "" {
 				var ok bool
-				if la.per, ok = engine.ParseWindow(v); !ok || la.per < engine.MinWindow || la.per > engine.MaxWindow {
-					e = "ERR PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d"
+				if la.per, ok = bounds.ParseWindow(v); !ok {
+					e = errPrefix + bounds.WindowMsg("PER")
 				}
 				la.hasPer = true
 			}
 		case allowed&optLimit != 0 && eq(a, "BURST"):
 			if v, e = need(i, 1<<2, "BURST"); e == "" {
-				la.burst, e = intArg(v, "BURST", 1, engine.MaxBurst)
+				la.burst, e = boundArg(v, "BURST", bounds.Burst)
 				la.hasBurst = true
 			}
 		case allowed&optLimit != 0 && eq(a, "ALGO"):
 			if v, e = need(i, 1<<3, "ALGO"); e == "" {
 				var ok bool
 				if la.algo, ok = engine.ParseAlgo(string(v)); !ok {
-					e = "ERR ALGO must be one of " + strings.Join(engine.AlgoNames(), ", ")
+					e = errPrefix + bounds.OneOfMsg("ALGO", engine.AlgoNames())
 				}
 				la.hasAlgo = true
 			}
 		case allowed&optCost != 0 && eq(a, "COST"):
 			if v, e = need(i, 1<<4, "COST"); e == "" {
-				la.cost, e = intArg(v, "COST", 0, engine.MaxCost)
+				la.cost, e = boundArg(v, "COST", bounds.Cost)
 				la.hasCost = true
 			}
 		case allowed&optWait != 0 && eq(a, "WAIT"):
 			if v, e = need(i, 1<<5, "WAIT"); e == "" {
-				la.waitMs, e = intArg(v, "WAIT", 0, MaxWaitMs)
+				la.waitMs, e = boundArg(v, "WAIT", bounds.Wait)
 				la.hasWait = true
 			}
 		case allowed&optSubject != 0 && eq(a, "KEY"):
@@ -174,7 +174,7 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 // (QUOTA) and returns the index of its last value.
 func (la *limitArgs) parseQuota(args [][]byte, i int) (int, string) {
 	var e string
-	if la.quota, e = intArg(args[i+1], "QUOTA", 1, engine.MaxRate); e != "" {
+	if la.quota, e = boundArg(args[i+1], "QUOTA", bounds.Quota); e != "" {
 		return i, e
 	}
 	i++
@@ -466,8 +466,8 @@ func throttleCmd(ctx *Ctx) {
 		ctx.Conn.WriteError("Cell error: " + err.Error())
 		return
 	}
-	if qty < 0 || qty > engine.MaxCost {
-		ctx.Conn.WriteError("Cell error: quantity must be an integer between 0 and " + strconv.FormatInt(engine.MaxCost, 10))
+	if !bounds.Cost.In(qty) {
+		ctx.Conn.WriteError("Cell error: " + bounds.Cost.Msg("quantity"))
 		return
 	}
 	ctx.S.lim = lim

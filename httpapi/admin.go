@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
@@ -106,8 +107,8 @@ func pageSize(r *http.Request, name string, def, max int) (int, error) {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > max {
-		return 0, fault.New("ERR", "%s must be an integer between 1 and %d", name, max)
+	if r := (bounds.Int{Lo: 1, Hi: int64(max)}); err != nil || !r.In(int64(n)) {
+		return 0, refused(r.Msg(name))
 	}
 	return n, nil
 }
@@ -331,8 +332,8 @@ func (a *API) quotaSet(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, true, &req) {
 		return
 	}
-	if req.Used == nil || *req.Used < 0 || *req.Used > engine.MaxRate {
-		writeError(w, fault.New("ERR", "used must be an integer between 0 and %d", int64(engine.MaxRate)))
+	if r := (bounds.Int{Lo: 0, Hi: engine.MaxRate}); req.Used == nil || !r.In(*req.Used) {
+		writeError(w, refused(r.Msg("used")))
 		return
 	}
 	var lim engine.Limit

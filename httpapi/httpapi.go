@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/client/ratehdr"
 	"github.com/sluice-rl/sluice/engine"
@@ -29,8 +30,8 @@ import (
 // MaxBody bounds a request body.
 const MaxBody = 64 << 10
 
-// MaxWaitMs bounds wait_ms, as WAIT's bound for RL.ACQUIRE.
-const MaxWaitMs = 60000
+// MaxWaitMs bounds wait_ms, as WAIT's bound for RL.ACQUIRE (bounds.MaxWaitMs).
+const MaxWaitMs = bounds.MaxWaitMs
 
 // Access says whether a request may run an operation: nil, or an error
 // with the HTTP status to answer (a *Denied).
@@ -330,24 +331,24 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		per := time.Second
 		if req.Per != nil {
 			var ok bool
-			if per, ok = engine.ParseWindow([]byte(*req.Per)); !ok || per < engine.MinWindow || per > engine.MaxWindow {
-				return c, 0, fault.New("ERR", "per must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d")
+			if per, ok = bounds.ParseWindow([]byte(*req.Per)); !ok {
+				return c, 0, refused(bounds.WindowMsg("per"))
 			}
 		}
 		algo := engine.TokenBucket
 		if req.Algo != nil {
 			var ok bool
 			if algo, ok = engine.ParseAlgo(*req.Algo); !ok {
-				return c, 0, fault.New("ERR", "algo must be one of %s", strings.Join(engine.AlgoNames(), ", "))
+				return c, 0, refused(bounds.OneOfMsg("algo", engine.AlgoNames()))
 			}
 		}
-		if *req.Rate < 1 || *req.Rate > engine.MaxRate {
-			return c, 0, fault.New("ERR", "rate must be an integer between 1 and %d", int64(engine.MaxRate))
+		if !bounds.Rate.In(*req.Rate) {
+			return c, 0, refused(bounds.Rate.Msg("rate"))
 		}
 		burst := *req.Rate
 		if req.Burst != nil {
-			if *req.Burst < 1 || *req.Burst > engine.MaxBurst {
-				return c, 0, fault.New("ERR", "burst must be an integer between 1 and %d", int64(engine.MaxBurst))
+			if !bounds.Burst.In(*req.Burst) {
+				return c, 0, refused(bounds.Burst.Msg("burst"))
 			}
 			burst = *req.Burst
 		}
@@ -359,8 +360,8 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		c.Rate, window = lim, per
 	}
 	if q := req.Quota; q != nil {
-		if q.Limit < 1 || q.Limit > engine.MaxRate {
-			return c, 0, fault.New("ERR", "quota.limit must be an integer between 1 and %d", int64(engine.MaxRate))
+		if !bounds.Quota.In(q.Limit) {
+			return c, 0, refused(bounds.Quota.Msg("quota.limit"))
 		}
 		per := q.Per
 		if per == "" {
@@ -374,8 +375,8 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		c.Quota = spec
 	}
 	if req.Cost != nil {
-		if *req.Cost < 0 || *req.Cost > engine.MaxCost {
-			return c, 0, fault.New("ERR", "cost must be an integer between 0 and %d", int64(engine.MaxCost))
+		if !bounds.Cost.In(*req.Cost) {
+			return c, 0, refused(bounds.Cost.Msg("cost"))
 		}
 		c.Cost, c.HasCost = *req.Cost, true
 	} else if o == opRefund {
@@ -384,14 +385,17 @@ func (a *API) call(req *Request, o op, lim *engine.Limit, spec *quota.Spec) (bud
 		return c, 0, fault.New("ERR", "cost is required: the estimate to reserve")
 	}
 	if req.WaitMs != nil {
-		if *req.WaitMs < 0 || *req.WaitMs > MaxWaitMs {
-			return c, 0, fault.New("ERR", "wait_ms must be an integer between 0 and %d", MaxWaitMs)
+		if !bounds.Wait.In(*req.WaitMs) {
+			return c, 0, refused(bounds.Wait.Msg("wait_ms"))
 		}
 		c.WaitMs, c.HasWait = *req.WaitMs, true
 	}
 	c.DryRun = req.DryRun
 	return c, window, nil
 }
+
+// refused is the ERR refusal of a field, with package bounds's message.
+func refused(msg string) error { return &fault.Error{Code: "ERR", Msg: msg} }
 
 // statusOf maps an error code to the HTTP status that answers it.
 func statusOf(code string) int {
