@@ -332,7 +332,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	cases := map[string]string{
 		`{"sustained":{"rate":0}}`:                                         "ERR sustained.rate must be an integer between 1 and 1000000000000",
 		`{"sustained":{"rate":"ten"}}`:                                     "ERR sustained.rate must be a number",
-		`{"sustained":{"rate":5,"window":"fortnight"}}`:                    "ERR sustained.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d",
+		`{"sustained":{"rate":5,"window":"fortnight"}}`:                    "ERR sustained.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
+		`{"sustained":{"rate":5,"window":"3651d"}}`:                        "ERR sustained.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
 		`{"burst":{"capacity":5}}`:                                         "ERR burst.capacity needs sustained.rate",
 		`{"sharing":"all"}`:                                                "ERR sharing must be one of private, inherit, enforce",
 		`{"budget":{"mode":"allocated"}}`:                                  "ERR budget.total is required when budget.mode is allocated",
@@ -344,7 +345,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		`{"concurrency":1000001}`:                                          "ERR concurrency must be an integer between 0 and 1000000",
 		`{"requests":{"rate":0}}`:                                          "ERR requests.rate must be an integer between 1 and 1000000000000",
 		`{"requests":{"window":"minute"}}`:                                 "ERR requests.rate is required",
-		`{"requests":{"rate":5,"window":"fortnight"}}`:                     "ERR requests.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d",
+		`{"requests":{"rate":5,"window":"fortnight"}}`:                     "ERR requests.window must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
 		`{"colour":"red"}`:                                                 `ERR budget config: unknown field "colour"`,
 		`[1,2]`:                                                            "ERR budget config is not a JSON object: field  must be a map[string]json.RawMessage",
 		`{"sustained":{"rate":5},"algorithm":"fixed_window","burst":{"capacity":9}}`: "ERR burst.capacity must equal sustained.rate for fixed_window (a window admits sustained.rate requests)",
@@ -363,6 +364,32 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	for _, p := range []string{"", "a//b", "a b", "a#b", "/a", strings.Repeat("a/", 8) + "a"} {
 		if ValidPath(p) == nil {
 			t.Errorf("path %q accepted", p)
+		}
+	}
+}
+
+// TestKeywordErrorsNameTheKeyword: in RL.BUDGET SET's keyword form a bad
+// value is refused naming the keyword the user wrote, whether it is not a
+// number or out of range.
+func TestKeywordErrorsNameTheKeyword(t *testing.T) {
+	for in, want := range map[string]string{
+		"RATE 0":                      "ERR RATE must be an integer between 1 and 1000000000000",
+		"RATE five":                   "ERR RATE must be an integer between 1 and 1000000000000",
+		"RATE 5 PER 0s":               "ERR PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
+		"RATE 5 PER fortnight":        "ERR PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
+		"RATE 5 BURST 0":              "ERR BURST must be an integer between 1 and 1000000000000",
+		"RATE 5 MAXWAIT 60001":        "ERR MAXWAIT must be an integer between 0 and 60000",
+		"RATE 5 COST -1":              "ERR COST must be an integer between 0 and 1000000000000",
+		"QUOTA 0":                     "ERR QUOTA must be an integer between 1 and 1000000000000",
+		"RATE 5 MODE shared TOTAL 0":  "ERR TOTAL must be an integer between 1 and 1000000000000",
+		"CONCURRENCY 1000001":         "ERR CONCURRENCY must be an integer between 0 and 1000000",
+		"REQUESTS 5 PER 0s":           "ERR REQUESTS … PER must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d",
+		"SHARING all":                 "ERR SHARING must be one of private, inherit, enforce",
+		"RATE 5 RESPONSE_HEADERS may": "ERR RESPONSE_HEADERS must be yes or no",
+		"RATE 5 ALGO magic":           "ERR ALGO must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket",
+	} {
+		if _, err := ParseKeywords(bytesArgs(in)); err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", in, err, want)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
@@ -136,7 +137,7 @@ func (q *Quota) prepare() error {
 		return err
 	}
 	if q.lim, err = engine.NewQuotaLimit(q.Limit, q.per.Code()); err != nil {
-		return errf("quota.limit must be an integer between 1 and %d", int64(engine.MaxRate))
+		return errf("%s", fQuota.r.Msg(fQuota.json))
 	}
 	return nil
 }
@@ -229,7 +230,7 @@ func ParseJSON(b []byte) (Config, error) {
 	if err := strictDecode(b, &js); err != nil {
 		return Config{}, err
 	}
-	return js.config()
+	return js.config(form{})
 }
 
 func strictDecode(b []byte, v any) error {
@@ -259,33 +260,84 @@ func jsonErr(err error) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-func intField(n *number, name string, lo, hi int64) (int64, error) {
-	if len(*n) > 0 && ((*n)[0] == '"' || (*n)[0] == '{' || (*n)[0] == '[' || (*n)[0] == 't' || (*n)[0] == 'f' || (*n)[0] == 'n') {
+// field is one field of a config as its errors name it: the JSON field,
+// or RL.BUDGET SET's keyword; r is an integer field's range.
+type field struct {
+	json, kw string
+	r        bounds.Int
+}
+
+// The fields of a config.
+var (
+	fSharing     = field{json: "sharing", kw: "SHARING"}
+	fAlgo        = field{json: "algorithm", kw: "ALGO"}
+	fRate        = field{"sustained.rate", "RATE", bounds.Rate}
+	fWindow      = field{json: "sustained.window", kw: "PER"}
+	fBurst       = field{"burst.capacity", "BURST", bounds.Burst}
+	fMode        = field{json: "budget.mode", kw: "MODE"}
+	fTotal       = field{"budget.total", "TOTAL", bounds.Rate}
+	fOvercommit  = field{json: "budget.overcommit_ratio", kw: "OVERCOMMIT"}
+	fScope       = field{json: "scope", kw: "SCOPE"}
+	fStrategy    = field{json: "strategy", kw: "STRATEGY"}
+	fMaxWait     = field{"max_wait_ms", "MAXWAIT", bounds.Wait}
+	fCost        = field{"cost", "COST", bounds.Cost}
+	fConcurrency = field{"concurrency", "CONCURRENCY", bounds.Int{Lo: 0, Hi: MaxConcurrency}}
+	fReqRate     = field{"requests.rate", "REQUESTS", bounds.Rate}
+	fReqWindow   = field{json: "requests.window", kw: "REQUESTS … PER"}
+	fQuota       = field{"quota.limit", "QUOTA", bounds.Quota}
+	fQuotaPeriod = field{json: "quota.period", kw: "QUOTA … PER"}
+)
+
+// form is how the config being parsed names its fields: by JSON field, or
+// (kw) by RL.BUDGET SET's keywords.
+type form struct{ kw bool }
+
+func (f form) name(fd field) string {
+	if f.kw {
+		return fd.kw
+	}
+	return fd.json
+}
+
+// int reads an integer field within its range.
+func (f form) int(n *number, fd field) (int64, error) {
+	name := f.name(fd)
+	if !f.kw && len(*n) > 0 && ((*n)[0] == '"' || (*n)[0] == '{' || (*n)[0] == '[' || (*n)[0] == 't' || (*n)[0] == 'f' || (*n)[0] == 'n') {
 		return 0, errf("%s must be a number", name)
 	}
 	v, err := strconv.ParseInt(string(*n), 10, 64)
-	if err != nil || v < lo || v > hi {
-		return 0, errf("%s must be an integer between %d and %d", name, lo, hi)
+	if err != nil || !fd.r.In(v) {
+		return 0, errf("%s", fd.r.Msg(name))
 	}
 	return v, nil
 }
 
-func enumField(s *string, name string, names []string) (int, error) {
+// enum reads a field that takes one of names.
+func (f form) enum(s *string, fd field, names []string) (int, error) {
 	for i, n := range names {
 		if strings.EqualFold(*s, n) {
 			return i, nil
 		}
 	}
-	return 0, errf("%s must be one of %s", name, strings.Join(names, ", "))
+	return 0, errf("%s", bounds.OneOfMsg(f.name(fd), names))
 }
 
-func (js *configJSON) config() (Config, error) {
+// window reads a window field (bounds.ParseWindow).
+func (f form) window(s string, fd field) (time.Duration, error) {
+	d, ok := bounds.ParseWindow([]byte(s))
+	if !ok {
+		return 0, errf("%s", bounds.WindowMsg(f.name(fd)))
+	}
+	return d, nil
+}
+
+func (js *configJSON) config(f form) (Config, error) {
 	c := Config{Window: time.Second, MaxWaitMs: DefaultMaxWaitMs, Cost: DefaultCost, ResponseHeaders: true,
 		Overcommit: 1000, Scope: Tenant}
 	var err error
 	var i int
 	if js.Sharing != nil {
-		if i, err = enumField(js.Sharing, "sharing", sharingNames); err != nil {
+		if i, err = f.enum(js.Sharing, fSharing, sharingNames); err != nil {
 			return c, err
 		}
 		c.Sharing = Sharing(i)
@@ -293,25 +345,25 @@ func (js *configJSON) config() (Config, error) {
 	if js.Algorithm != nil {
 		a, ok := engine.ParseAlgo(*js.Algorithm)
 		if !ok {
-			return c, errf("algorithm must be one of %s", strings.Join(engine.AlgoNames(), ", "))
+			return c, errf("%s", bounds.OneOfMsg(f.name(fAlgo), engine.AlgoNames()))
 		}
 		c.Algorithm = a
 	}
 	if s := js.Sustained; s != nil {
 		if s.Window != nil {
-			if c.Window, err = ParseWindow(*s.Window); err != nil {
-				return c, errf("sustained.window %v", err)
+			if c.Window, err = f.window(*s.Window, fWindow); err != nil {
+				return c, err
 			}
 		}
 		if s.Rate != nil {
-			if c.Rate, err = intField(s.Rate, "sustained.rate", 1, engine.MaxRate); err != nil {
+			if c.Rate, err = f.int(s.Rate, fRate); err != nil {
 				return c, err
 			}
 			c.HasLimit = true
 		}
 	}
 	if js.Burst != nil && js.Burst.Capacity != nil {
-		if c.Burst, err = intField(js.Burst.Capacity, "burst.capacity", 1, engine.MaxBurst); err != nil {
+		if c.Burst, err = f.int(js.Burst.Capacity, fBurst); err != nil {
 			return c, err
 		}
 	} else if c.HasLimit {
@@ -319,51 +371,51 @@ func (js *configJSON) config() (Config, error) {
 	}
 	if b := js.Budget; b != nil {
 		if b.Mode != nil {
-			if i, err = enumField(b.Mode, "budget.mode", modeNames); err != nil {
+			if i, err = f.enum(b.Mode, fMode, modeNames); err != nil {
 				return c, err
 			}
 			c.Mode = Mode(i)
 		}
 		if b.Total != nil {
-			if c.Total, err = intField(b.Total, "budget.total", 1, engine.MaxRate); err != nil {
+			if c.Total, err = f.int(b.Total, fTotal); err != nil {
 				return c, err
 			}
 		}
 		if b.OvercommitRatio != nil {
-			f, err := strconv.ParseFloat(string(*b.OvercommitRatio), 64)
+			x, err := strconv.ParseFloat(string(*b.OvercommitRatio), 64)
 			if o := *b.OvercommitRatio; len(o) > 0 && o[0] == '"' {
 				err = strconv.ErrSyntax
 			}
-			if err != nil || f < 1 || f > 2 || math.IsNaN(f) {
-				return c, errf("budget.overcommit_ratio must be a number between 1.0 and 2.0")
+			if err != nil || x < 1 || x > 2 || math.IsNaN(x) {
+				return c, errf("%s must be a number between 1.0 and 2.0", f.name(fOvercommit))
 			}
-			c.Overcommit = int64(math.Round(f * 1000))
+			c.Overcommit = int64(math.Round(x * 1000))
 		}
 	}
 	if js.Scope != nil {
-		if i, err = enumField(js.Scope, "scope", scopeNames); err != nil {
+		if i, err = f.enum(js.Scope, fScope, scopeNames); err != nil {
 			return c, err
 		}
 		c.Scope = Scope(i)
 	}
 	if js.Strategy != nil {
-		if i, err = enumField(js.Strategy, "strategy", strategyNames); err != nil {
+		if i, err = f.enum(js.Strategy, fStrategy, strategyNames); err != nil {
 			return c, err
 		}
 		c.Strategy = Strategy(i)
 	}
 	if js.MaxWaitMs != nil {
-		if c.MaxWaitMs, err = intField(js.MaxWaitMs, "max_wait_ms", 0, 60000); err != nil {
+		if c.MaxWaitMs, err = f.int(js.MaxWaitMs, fMaxWait); err != nil {
 			return c, err
 		}
 	}
 	if js.Cost != nil {
-		if c.Cost, err = intField(js.Cost, "cost", 0, engine.MaxCost); err != nil {
+		if c.Cost, err = f.int(js.Cost, fCost); err != nil {
 			return c, err
 		}
 	}
 	if js.Concurrency != nil {
-		if c.Concurrency, err = intField(js.Concurrency, "concurrency", 0, MaxConcurrency); err != nil {
+		if c.Concurrency, err = f.int(js.Concurrency, fConcurrency); err != nil {
 			return c, err
 		}
 	}
@@ -371,13 +423,13 @@ func (js *configJSON) config() (Config, error) {
 		if r.Rate == nil {
 			return c, errf("requests.rate is required")
 		}
-		if c.RequestsRate, err = intField(r.Rate, "requests.rate", 1, engine.MaxRate); err != nil {
+		if c.RequestsRate, err = f.int(r.Rate, fReqRate); err != nil {
 			return c, err
 		}
 		c.RequestsWindow = time.Second
 		if r.Window != nil {
-			if c.RequestsWindow, err = ParseWindow(*r.Window); err != nil {
-				return c, errf("requests.window %v", err)
+			if c.RequestsWindow, err = f.window(*r.Window, fReqWindow); err != nil {
+				return c, err
 			}
 		}
 		if _, err := c.RequestsLimit(); err != nil {
@@ -392,11 +444,11 @@ func (js *configJSON) config() (Config, error) {
 		if q.Limit == nil {
 			return c, errf("quota.limit is required")
 		}
-		if qt.Limit, err = intField(q.Limit, "quota.limit", 1, engine.MaxRate); err != nil {
+		if qt.Limit, err = f.int(q.Limit, fQuota); err != nil {
 			return c, err
 		}
 		if q.Period != nil {
-			if i, err = enumField(q.Period, "quota.period", quota.PeriodNames); err != nil {
+			if i, err = f.enum(q.Period, fQuotaPeriod, quota.PeriodNames); err != nil {
 				return c, err
 			}
 			qt.Period = quota.PeriodNames[i]
@@ -411,8 +463,8 @@ func (js *configJSON) config() (Config, error) {
 
 // Validate checks the rules that tie fields together.
 func (c *Config) Validate() error {
-	if c.Window < engine.MinWindow || c.Window > engine.MaxWindow {
-		return errf("sustained.window must be between 1ms and 3650d")
+	if !bounds.InWindow(c.Window) {
+		return errf("%s", bounds.WindowMsg(fWindow.json))
 	}
 	if !c.HasLimit && c.Burst != 0 {
 		return errf("burst.capacity needs sustained.rate")
@@ -538,11 +590,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // the path): RATE n, PER unit, BURST n, ALGO a, SHARING s, MODE m, TOTAL n,
 // OVERCOMMIT x, SCOPE s, STRATEGY s, MAXWAIT ms, COST n, QUOTA n PER
 // period [TZ zone], RESPONSE_HEADERS yes|no, CONCURRENCY n, REQUESTS n
-// [PER window].
+// [PER window]. A bad value is refused naming its keyword.
 func ParseKeywords(args [][]byte) (Config, error) {
 	js := configJSON{}
-	str := func(b []byte) *string { s := string(b); return &s }
-	num := func(b []byte) *number { n := number(b); return &n }
 	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
 		kw := strings.ToUpper(string(args[i]))
@@ -553,129 +603,130 @@ func ParseKeywords(args [][]byte) (Config, error) {
 		if i+1 >= len(args) {
 			return Config{}, errf("syntax error: %s needs a value", printable(args[i]))
 		}
-		v := args[i+1]
 		i++
+		set, ok := keywords[kw]
+		if !ok {
+			return Config{}, errf("syntax error near '%s'", printable(args[i-1]))
+		}
+		if err := set(&js, args[i]); err != nil {
+			return Config{}, err
+		}
 		switch kw {
-		case "RATE":
-			if js.Sustained == nil {
-				js.Sustained = &sustainedJS{}
-			}
-			if !isInt(v) {
-				return Config{}, errf("RATE must be an integer between 1 and %d", int64(engine.MaxRate))
-			}
-			js.Sustained.Rate = num(v)
-		case "PER":
-			if js.Sustained == nil {
-				js.Sustained = &sustainedJS{}
-			}
-			js.Sustained.Window = str(v)
-		case "BURST":
-			if !isInt(v) {
-				return Config{}, errf("BURST must be an integer between 1 and %d", int64(engine.MaxBurst))
-			}
-			js.Burst = &burstJS{Capacity: num(v)}
-		case "ALGO":
-			js.Algorithm = str(v)
-		case "SHARING":
-			js.Sharing = str(v)
-		case "MODE", "TOTAL", "OVERCOMMIT":
-			if js.Budget == nil {
-				js.Budget = &budgetJS{}
-			}
-			switch kw {
-			case "MODE":
-				js.Budget.Mode = str(v)
-			case "TOTAL":
-				if !isInt(v) {
-					return Config{}, errf("TOTAL must be an integer between 1 and %d", int64(engine.MaxRate))
-				}
-				js.Budget.Total = num(v)
-			default:
-				if _, err := strconv.ParseFloat(string(v), 64); err != nil {
-					return Config{}, errf("OVERCOMMIT must be a number between 1.0 and 2.0")
-				}
-				js.Budget.OvercommitRatio = num(v)
-			}
-		case "SCOPE":
-			js.Scope = str(v)
-		case "STRATEGY":
-			js.Strategy = str(v)
-		case "MAXWAIT":
-			if !isInt(v) {
-				return Config{}, errf("MAXWAIT must be an integer between 0 and 60000")
-			}
-			js.MaxWaitMs = num(v)
-		case "COST":
-			if !isInt(v) {
-				return Config{}, errf("COST must be an integer between 0 and %d", int64(engine.MaxCost))
-			}
-			js.Cost = num(v)
 		case "REQUESTS":
-			if !isInt(v) {
-				return Config{}, errf("REQUESTS must be an integer between 1 and %d", int64(engine.MaxRate))
-			}
-			js.Requests = &sustainedJS{Rate: num(v)}
 			// PER may follow REQUESTS n: the requests' window.
 			if i+2 < len(args) && strings.EqualFold(string(args[i+1]), "PER") {
-				js.Requests.Window = str(args[i+2])
+				js.Requests.Window = kwStr(args[i+2])
 				i += 2
 			}
-		case "CONCURRENCY":
-			if !isInt(v) {
-				return Config{}, errf("CONCURRENCY must be an integer between 0 and %d", int64(MaxConcurrency))
-			}
-			js.Concurrency = num(v)
-		case "RESPONSE_HEADERS":
-			b := strings.EqualFold(string(v), "yes") || string(v) == "1" || strings.EqualFold(string(v), "true")
-			if !b && !(strings.EqualFold(string(v), "no") || string(v) == "0" || strings.EqualFold(string(v), "false")) {
-				return Config{}, errf("RESPONSE_HEADERS must be yes or no")
-			}
-			js.ResponseHeaders = &b
 		case "QUOTA":
-			if !isInt(v) {
-				return Config{}, errf("QUOTA must be an integer between 1 and %d", int64(engine.MaxRate))
-			}
-			q := &quotaJS{Limit: num(v)}
 			// PER and TZ follow QUOTA n, in either order.
-			for i+2 < len(args) {
+			for q := js.Quota; i+2 < len(args); i += 2 {
 				if q.Period == nil && strings.EqualFold(string(args[i+1]), "PER") {
-					q.Period = str(args[i+2])
+					q.Period = kwStr(args[i+2])
 				} else if q.Timezone == nil && strings.EqualFold(string(args[i+1]), "TZ") {
-					q.Timezone = str(args[i+2])
+					q.Timezone = kwStr(args[i+2])
 				} else {
 					break
 				}
-				i += 2
 			}
-			js.Quota = q
-		default:
-			return Config{}, errf("syntax error near '%s'", printable(args[i-1]))
 		}
 	}
-	return js.config()
+	return js.config(form{kw: true})
 }
 
-func isInt(b []byte) bool {
-	_, err := strconv.ParseInt(string(b), 10, 64)
-	return err == nil
+// keywords set the field of the JSON form that each keyword of
+// RL.BUDGET SET gives; a number is checked for its form here and for its
+// range by config.
+var keywords = map[string]func(js *configJSON, v []byte) error{
+	"RATE": func(js *configJSON, v []byte) (err error) {
+		js.sustained().Rate, err = kwInt(v, fRate)
+		return err
+	},
+	"PER": func(js *configJSON, v []byte) error { js.sustained().Window = kwStr(v); return nil },
+	"BURST": func(js *configJSON, v []byte) (err error) {
+		js.Burst = &burstJS{}
+		js.Burst.Capacity, err = kwInt(v, fBurst)
+		return err
+	},
+	"ALGO":     func(js *configJSON, v []byte) error { js.Algorithm = kwStr(v); return nil },
+	"SHARING":  func(js *configJSON, v []byte) error { js.Sharing = kwStr(v); return nil },
+	"MODE":     func(js *configJSON, v []byte) error { js.budget().Mode = kwStr(v); return nil },
+	"SCOPE":    func(js *configJSON, v []byte) error { js.Scope = kwStr(v); return nil },
+	"STRATEGY": func(js *configJSON, v []byte) error { js.Strategy = kwStr(v); return nil },
+	"TOTAL": func(js *configJSON, v []byte) (err error) {
+		js.budget().Total, err = kwInt(v, fTotal)
+		return err
+	},
+	"OVERCOMMIT": func(js *configJSON, v []byte) error {
+		if _, err := strconv.ParseFloat(string(v), 64); err != nil {
+			return errf("%s must be a number between 1.0 and 2.0", fOvercommit.kw)
+		}
+		n := number(v)
+		js.budget().OvercommitRatio = &n
+		return nil
+	},
+	"MAXWAIT": func(js *configJSON, v []byte) (err error) {
+		js.MaxWaitMs, err = kwInt(v, fMaxWait)
+		return err
+	},
+	"COST": func(js *configJSON, v []byte) (err error) {
+		js.Cost, err = kwInt(v, fCost)
+		return err
+	},
+	"REQUESTS": func(js *configJSON, v []byte) (err error) {
+		js.Requests = &sustainedJS{}
+		js.Requests.Rate, err = kwInt(v, fReqRate)
+		return err
+	},
+	"CONCURRENCY": func(js *configJSON, v []byte) (err error) {
+		js.Concurrency, err = kwInt(v, fConcurrency)
+		return err
+	},
+	"RESPONSE_HEADERS": func(js *configJSON, v []byte) error {
+		b, ok := bounds.ParseYesNo(v)
+		if !ok {
+			return errf("%s", bounds.YesNoMsg("RESPONSE_HEADERS"))
+		}
+		js.ResponseHeaders = &b
+		return nil
+	},
+	"QUOTA": func(js *configJSON, v []byte) (err error) {
+		js.Quota = &quotaJS{}
+		js.Quota.Limit, err = kwInt(v, fQuota)
+		return err
+	},
+}
+
+func (js *configJSON) sustained() *sustainedJS {
+	if js.Sustained == nil {
+		js.Sustained = &sustainedJS{}
+	}
+	return js.Sustained
+}
+
+func (js *configJSON) budget() *budgetJS {
+	if js.Budget == nil {
+		js.Budget = &budgetJS{}
+	}
+	return js.Budget
+}
+
+func kwStr(b []byte) *string { s := string(b); return &s }
+
+// kwInt is a keyword's integer value, refused in its bound's words when it
+// is not an integer.
+func kwInt(b []byte, fd field) (*number, error) {
+	if _, err := strconv.ParseInt(string(b), 10, 64); err != nil {
+		return nil, errf("%s", fd.r.Msg(fd.kw))
+	}
+	n := number(b)
+	return &n, nil
 }
 
 func printable(b []byte) string { return fault.Printable(b) }
 
-// ParseWindow parses a window as engine.ParseWindow does, within 1ms to
-// 3650d, with an error that says what is accepted.
-func ParseWindow(s string) (time.Duration, error) {
-	d, ok := engine.ParseWindow([]byte(s))
-	if !ok {
-		return 0, fmt.Errorf("must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d")
-	}
-	if d < engine.MinWindow || d > engine.MaxWindow {
-		return 0, fmt.Errorf("must be between 1ms and 3650d")
-	}
-	return d, nil
-}
-
-// FormatWindow is engine.FormatWindow: the form ParseWindow reads back.
+// FormatWindow is engine.FormatWindow: the form bounds.ParseWindow reads
+// back.
 func FormatWindow(d time.Duration) string { return engine.FormatWindow(d) }
 
 // checkPath reports whether p is a well-formed budget path (see

@@ -36,7 +36,7 @@ func TestQuotaConfigIsValidated(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ in, err string }{
-		{"RATE 5 QUOTA 10 PER fortnight", "quota.period must be one of"},
+		{"RATE 5 QUOTA 10 PER fortnight", "QUOTA … PER must be one of hour, day, week, month, year"},
 		{"QUOTA 10 PER day TZ Nowhere/Town", "quota time zone 'Nowhere/Town'"},
 		{"QUOTA ten", "QUOTA must be an integer between 1 and"},
 	} {

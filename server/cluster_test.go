@@ -91,7 +91,7 @@ func TestClusterForwardsWritesAndReplicates(t *testing.T) {
 	if got := c.Do("RL.BUDGET", "SET", "tenant/a", "RATE", "5", "PER", "minute"); got != "+OK" {
 		t.Fatalf("SET through a follower: %s", got)
 	}
-	if got := c.Do("RL.BUDGET", "SET", "tenant/b", "RATE", "0"); got != "-ERR sustained.rate must be an integer between 1 and 1000000000000" {
+	if got := c.Do("RL.BUDGET", "SET", "tenant/b", "RATE", "0"); got != "-ERR RATE must be an integer between 1 and 1000000000000" {
 		t.Fatalf("bad SET: %s", got)
 	}
 	// The follower answered OK once it had applied the write itself, so
