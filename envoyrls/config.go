@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/quota"
 )
@@ -682,6 +682,17 @@ func (l *Limit) calendarPeriod(unit string, f map[string]*yaml.Node) error {
 	return nil
 }
 
+// ruleArgs words an engine.NewLimit refusal with a rule's names for its
+// arguments (requests_per_unit, unit, burst) rather than RESP's.
+func ruleArgs(err error) string {
+	var ae *engine.ArgError
+	if !errors.As(err, &ae) {
+		return err.Error()
+	}
+	r := strings.NewReplacer("RATE", "requests_per_unit", "PER", "unit", "BURST", "burst")
+	return r.Replace(ae.Arg) + " " + r.Replace(ae.Msg)
+}
+
 func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	f, err := c.fields(file, n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "apply_on_stream_done", "timezone")
 	if err != nil {
@@ -709,6 +720,9 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		// sluice's extension: any period, written as a duration (10s, 5m,
 		// 1h30m, 7d); reported to Envoy as its unit when it is one.
 		if d, ok := engine.ParseWindow([]byte(unit)); ok {
+			if !l.Unlimited && !bounds.InWindow(d) {
+				return nil, &configError{file, f["unit"].Line, bounds.WindowMsg("unit")}
+			}
 			uw.unit, uw.window, valid = unitOf(d), d, true
 		}
 	}
@@ -726,8 +740,8 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	if rpu := f["requests_per_unit"]; rpu != nil && rpu.Tag != "!!null" {
 		var v int64
 		// The tag first: yaml.v3 would decode 1.5 into an integer as 1.
-		if rpu.Kind != yaml.ScalarNode || rpu.ShortTag() != "!!int" || rpu.Decode(&v) != nil || v < 0 || v > math.MaxUint32 {
-			return nil, &configError{file, rpu.Line, fmt.Sprintf("requests_per_unit must be an integer between 0 and %d", uint32(math.MaxUint32))}
+		if rpu.Kind != yaml.ScalarNode || rpu.ShortTag() != "!!int" || rpu.Decode(&v) != nil || !bounds.RequestsPerUnit.In(v) {
+			return nil, &configError{file, rpu.Line, bounds.RequestsPerUnit.Msg("requests_per_unit")}
 		}
 		l.RequestsPerUnit = uint32(v)
 	}
@@ -739,12 +753,12 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 		}
 		var ok bool
 		if l.Algorithm, ok = engine.ParseAlgo(name); !ok {
-			return nil, &configError{file, a.Line, fmt.Sprintf("invalid algorithm '%s': must be one of %s", name, strings.Join(engine.AlgoNames(), ", "))}
+			return nil, &configError{file, a.Line, fmt.Sprintf("invalid algorithm '%s': %s", name, bounds.OneOfText(engine.AlgoNames()))}
 		}
 	}
 	if b := f["burst"]; b != nil && b.Tag != "!!null" {
-		if b.Kind != yaml.ScalarNode || b.ShortTag() != "!!int" || b.Decode(&l.Burst) != nil || l.Burst < 1 || l.Burst > engine.MaxBurst {
-			return nil, &configError{file, b.Line, fmt.Sprintf("burst must be an integer between 1 and %d", int64(engine.MaxBurst))}
+		if b.Kind != yaml.ScalarNode || b.ShortTag() != "!!int" || b.Decode(&l.Burst) != nil || !bounds.Burst.In(l.Burst) {
+			return nil, &configError{file, b.Line, bounds.Burst.Msg("burst")}
 		}
 		if l.Algorithm.IsWindow() {
 			return nil, &configError{file, b.Line, fmt.Sprintf("burst belongs to token_bucket, gcra and leaky_bucket: a %s admits requests_per_unit a window", l.Algorithm)}
@@ -755,7 +769,7 @@ func (c *Config) parseLimit(file string, n *yaml.Node) (*Limit, error) {
 	}
 	if !l.Unlimited && l.RequestsPerUnit > 0 {
 		if l.lim, err = engine.NewLimit(l.Algorithm, int64(l.RequestsPerUnit), l.window, l.Burst); err != nil {
-			return nil, &configError{file, n.Line, err.Error()}
+			return nil, &configError{file, n.Line, ruleArgs(err)}
 		}
 	}
 	if l.Timezone != "" {

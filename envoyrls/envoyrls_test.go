@@ -217,6 +217,9 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1.5}\n", "c.yaml:4: burst must be an integer between 1 and 1000000000000"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, algorithm: gcra}\n", "c.yaml:4: should not specify algorithm, burst or apply_on_stream_done when unlimited"},
 		{"domain: d\n---\ndomain: d\n", "c.yaml:3: domain 'd' is already configured in c.yaml"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: 0s\n      requests_per_unit: 1\n", "c.yaml:5: unit must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: 3651d, requests_per_unit: 1}\n", "c.yaml:4: unit must be second, minute, hour, day, week or a duration such as 250ms, 5m, 1h30m, 7d, between 1ms and 3650d"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: 3650d, requests_per_unit: 1, algorithm: gcra, burst: 100000}\n", "c.yaml:4: burst is too large for this rate: an empty bucket would take over 100 years to refill"},
 	} {
 		_, err := ParseConfig("c.yaml", []byte(tc.yaml))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
