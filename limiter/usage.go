@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/quota"
@@ -41,13 +42,16 @@ type NodeUsage struct {
 	Counted           bool
 }
 
+// usageCount bounds COUNT of RL.USAGE and RL.QUOTA LIST (n of /v1/usage).
+var usageCount = bounds.Int{Lo: 1, Hi: MaxUsageCount}
+
 // Usage describes at most n of the configured nodes whose paths start
 // with prefix and sort after after, in path order, and returns the path to
 // continue from ("" at the end). subject, if not nil, is the KEY that
 // per-subject nodes are looked at for.
 func (s *Service) Usage(prefix, after string, subject []byte, n int, sc *Scratch) ([]NodeUsage, string, error) {
-	if n < 1 || n > MaxUsageCount {
-		return nil, "", fault.New("ERR", "COUNT must be an integer between 1 and %d", MaxUsageCount)
+	if !usageCount.In(int64(n)) {
+		return nil, "", &fault.Error{Code: "ERR", Msg: usageCount.Msg("COUNT")}
 	}
 	tree := s.Cluster.State().Tree
 	paths, more := tree.PathsPage(prefix, after, n)
@@ -138,8 +142,8 @@ type QuotaCounter struct {
 // whose level starts with prefix and sorts after after, sorted by level,
 // and the level to continue from ("" at the end).
 func (s *Service) QuotaList(prefix, after string, n int) ([]QuotaCounter, string, error) {
-	if n < 1 || n > MaxUsageCount {
-		return nil, "", fault.New("ERR", "COUNT must be an integer between 1 and %d", MaxUsageCount)
+	if !usageCount.In(int64(n)) {
+		return nil, "", &fault.Error{Code: "ERR", Msg: usageCount.Msg("COUNT")}
 	}
 	lister, ok := s.Quotas.(interface {
 		ScanQuotas(part int, fn func(it raftfsm.QuotaItem))
