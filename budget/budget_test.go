@@ -387,6 +387,7 @@ func TestKeywordErrorsNameTheKeyword(t *testing.T) {
 		"SHARING all":                 "ERR SHARING must be one of private, inherit, enforce",
 		"RATE 5 RESPONSE_HEADERS may": "ERR RESPONSE_HEADERS must be yes or no",
 		"RATE 5 ALGO magic":           "ERR ALGO must be one of token_bucket, gcra, sliding_window, fixed_window, leaky_bucket",
+		"RATE 5 OVERCOMMIT 3":         "ERR OVERCOMMIT must be a number between 1.0 and 2.0",
 	} {
 		if _, err := ParseKeywords(bytesArgs(in)); err == nil || err.Error() != want {
 			t.Errorf("%s:\n got %v\nwant %s", in, err, want)
