@@ -18,7 +18,7 @@ const module = "github.com/sluice-rl/sluice"
 var layers = [][]string{
 	{"bounds", "engine"},
 	{"fault", "budget", "quota", "reserve", "usage", "access"},
-	{"limiter", "raftfsm"},
+	{"limiter", "raftfsm", "peer"},
 	{"commands", "httpapi", "envoyrls", "console"}, // the fronts
 	{"server"},
 	{"cmd/sluice", "bench", "bench/accuracy", "bench/writes"},

@@ -3,7 +3,6 @@ package commands
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -25,9 +24,6 @@ type Cluster interface {
 	Write(e *raftfsm.Entry) (raftfsm.Response, error)
 	Apply(entry []byte) (raftfsm.Response, error)
 	Forward(args [][]byte) ([]byte, error)
-	// RelayTo sends a command to the member at a RESP address and waits
-	// at most timeout for its reply (0: --apply-timeout).
-	RelayTo(addr string, args [][]byte, timeout time.Duration) ([]byte, error)
 	Join(id, raftAddr, respAddr string, by raftfsm.JoinBy) error
 	Leave(id string) error
 	Stats() map[string]string

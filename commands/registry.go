@@ -27,10 +27,6 @@ const (
 	// FlagTx commands control a transaction (MULTI, EXEC, DISCARD, WATCH):
 	// they run at once inside MULTI rather than being queued.
 	FlagTx
-	// FlagPeer commands are node-to-node traffic: a session that has not
-	// authenticated as a node of the cluster does not see them (ERR
-	// unknown command; COMMAND does not list them).
-	FlagPeer
 )
 
 // Command is one entry of the registry.
@@ -81,13 +77,12 @@ func (env *Env) Clock() int64 {
 type Registry struct {
 	byName map[string]*Command
 	list   []*Command
-	public []*Command // list less the node-to-node commands (FlagPeer)
 }
 
 // NewRegistry returns a registry holding every sluice command.
 func NewRegistry() *Registry {
 	r := &Registry{byName: map[string]*Command{}}
-	for _, group := range [][]*Command{connCommands(), multiCommands(), serverCommands(), keyCommands(), aclCommands(), limitCommands(), reserveCommands(), budgetCommands(), clusterCommands(), syncCommands(), slotCommands(), quotaCommands(), usageCommands()} {
+	for _, group := range [][]*Command{connCommands(), multiCommands(), serverCommands(), keyCommands(), aclCommands(), limitCommands(), reserveCommands(), budgetCommands(), clusterCommands(), quotaCommands(), usageCommands()} {
 		for _, c := range group {
 			r.add(c)
 		}
@@ -98,27 +93,13 @@ func NewRegistry() *Registry {
 func (r *Registry) add(c *Command) {
 	c.id = len(r.list)
 	r.list = append(r.list, c)
-	if c.Flags&FlagPeer == 0 {
-		r.public = append(r.public, c)
-	}
 	r.byName[strings.ToLower(c.Name)] = c
 }
 
-// Commands returns every command in registration order, node-to-node
-// ones included.
+// Commands returns every command in registration order. The operations
+// nodes send each other are not among them (package peer answers those:
+// Env.Peers).
 func (r *Registry) Commands() []*Command { return r.list }
-
-// hiddenFrom reports whether session s does not see c: a node-to-node
-// command on a connection not authenticated as a node.
-func (c *Command) hiddenFrom(s *Session) bool { return c.Flags&FlagPeer != 0 && s.Peer() == "" }
-
-// lookupFor finds a command as session s sees it (hiddenFrom).
-func (r *Registry) lookupFor(s *Session, name []byte) *Command {
-	if c := r.Lookup(name); c != nil && !c.hiddenFrom(s) {
-		return c
-	}
-	return nil
-}
 
 // Lookup finds a command by name, case-insensitively, without allocating.
 func (r *Registry) Lookup(name []byte) *Command {
@@ -157,8 +138,8 @@ func (env *Env) Exec(c Writer, s *Session, args [][]byte) {
 			s.lastName, s.nameCmd = append(s.lastName[:0], args[0]...), cm
 		}
 	}
-	if cm != nil && cm.hiddenFrom(s) {
-		cm = nil // node-to-node traffic: not a command a client can call
+	if cm == nil && env.Peers != nil && s.Peer() != "" && env.Peers(c, s.Peer(), args) {
+		return // node-to-node traffic, on a node's connection
 	}
 	if cm == nil {
 		env.Metrics.Unknown()

@@ -1,14 +1,11 @@
 package commands
 
 import (
-	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/reserve"
 )
 
@@ -68,8 +65,9 @@ func reserveCmd(ctx *Ctx) {
 	// over (reserve.ErrMoved) is chosen again: a few times at most, as a
 	// takeover happens once per key and member list.
 	for try := 0; ; try++ {
-		if ctx.relayToSlotOwner(&call, o, la.waitMs) {
-			return
+		var relayed bool
+		if out, id, relayed, err = ctx.Env.Service.ReserveWhereSlotsAre(&call, o, &ctx.S.scratch, ctx.Args); relayed {
+			break
 		}
 		out, id, err = ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
 		if err != reserve.ErrMoved || try == 3 {
@@ -95,17 +93,11 @@ func settleCmd(ctx *Ctx) {
 		ctx.Conn.WriteError(e)
 		return
 	}
-	if ctx.relayToIssuer() {
-		return
-	}
 	out, err := ctx.Env.Service.Settle(string(ctx.Args[1]), n)
 	ctx.reply(&out, err)
 }
 
 func releaseCmd(ctx *Ctx) {
-	if ctx.relayToIssuer() {
-		return
-	}
 	ok, err := ctx.Env.Service.Release(string(ctx.Args[1]))
 	ctx.writeBool(ok, err)
 }
@@ -120,106 +112,8 @@ func renewCmd(ctx *Ctx) {
 		ctx.Conn.WriteError(e)
 		return
 	}
-	if ctx.relayToIssuer() {
-		return
-	}
 	ok, err := ctx.Env.Service.Renew(string(ctx.Args[1]), ms*int64(time.Millisecond))
 	ctx.writeBool(ok, err)
-}
-
-// relayToIssuer sends RL.SETTLE, RL.RELEASE or RL.RENEW of a reservation
-// another node issued to that node, and writes its reply: an id is valid
-// on every node. It returns false, having replied nothing, for an id of
-// this node's (or one that is no id at all: the store answers it). A
-// command relayed here by another node is not relayed again.
-func (ctx *Ctx) relayToIssuer() bool {
-	if strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
-		return false
-	}
-	raw, relayed, err := RelayToIssuer(ctx.Env.Cluster, ctx.Args)
-	switch {
-	case !relayed:
-		return false
-	case err != nil:
-		ctx.Conn.WriteError(err.Error())
-	default:
-		ctx.writeRelayed(raw)
-	}
-	return true
-}
-
-// RelayToIssuer sends a reservation command (args[1] is the id) to the
-// member that issued the id, over the nodes' own connections, and returns
-// its raw RESP reply. relayed is false, with nothing sent, when this node
-// issued the id, when it is no id at all, or with no cluster: the local
-// store answers. An id of a node that is not a member is NORESERVATION;
-// an issuer that does not answer within --apply-timeout is TRYAGAIN.
-// RESP and HTTP both relay through it.
-func RelayToIssuer(cl Cluster, args [][]byte) (raw []byte, relayed bool, err error) {
-	id := args[1]
-	node, ok := reserve.IssuedBy(string(id))
-	if !ok || cl == nil || node == cl.ID() {
-		return nil, false, nil
-	}
-	m, known := cl.State().Members[node]
-	if !known || m.RespAddr == "" {
-		return nil, true, fault.New("NORESERVATION", "reservation '%s' was issued by node '%s', which is not a member of this cluster",
-			fault.Printable(id), fault.Printable([]byte(node)))
-	}
-	raw, err = cl.RelayTo(m.RespAddr, args, 0)
-	if err != nil {
-		return nil, true, fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
-			fault.Printable(id), fault.Printable([]byte(node)), m.RespAddr, err)
-	}
-	return raw, true, nil
-}
-
-// slotRelayTimeout bounds how long a reservation waits for the member
-// that decides its concurrency slots, beyond its own WAIT: that member
-// answers from memory, after asking the others once per key and member
-// list (a second at most each), so three seconds is long; one that does
-// not answer is skipped for limiter.SlotOwnerPause, and the next member of
-// the key's ranking decides meanwhile.
-const slotRelayTimeout = 3 * time.Second
-
-// relayToSlotOwner sends RL.RESERVE to the member that decides the
-// concurrency slots of its key (limiter.Service.SlotOwner), when another
-// member does, and writes its reply (its id names that member, so
-// RL.SETTLE finds it from any node): a concurrency limit then holds across
-// the cluster. A member that does not answer is marked unreachable and the
-// next one of the key's ranking is asked. It returns false, having
-// replied nothing, when this node decides: no slot to take, this node
-// first of the members it can reach in the key's ranking. A reservation
-// relayed here is relayed on the same way — only ever to a member ranked
-// above this one, so never in a loop.
-func (ctx *Ctx) relayToSlotOwner(call *limiter.Call, o limiter.ReserveOpts, waitMs int64) bool {
-	cl := ctx.Env.Cluster
-	if cl == nil {
-		return false
-	}
-	svc := ctx.Env.Service
-	for {
-		owner, err := svc.SlotOwner(call, o, &ctx.S.scratch)
-		if err != nil {
-			ctx.Conn.WriteError(err.Error())
-			return true
-		}
-		if owner == "" {
-			return false
-		}
-		m, known := cl.State().Members[owner]
-		if !known || m.RespAddr == "" {
-			svc.SlotOwnerUnreachable(owner, svc.Clock())
-			continue
-		}
-		raw, err := cl.RelayTo(m.RespAddr, ctx.Args, slotRelayTimeout+time.Duration(waitMs)*time.Millisecond)
-		if err != nil {
-			svc.SlotOwnerUnreachable(owner, svc.Clock())
-			continue
-		}
-		ctx.writeRelayed(raw)
-		return true
-	}
 }
 
 // writeBool replies :1 or :0, or the error.

@@ -112,8 +112,8 @@ func commandCmd(ctx *Ctx) {
 	a := ctx.Args
 	reg := ctx.Env.Registry
 	if len(a) == 1 {
-		ctx.Conn.WriteArray(len(reg.public))
-		for _, c := range reg.public {
+		ctx.Conn.WriteArray(len(reg.list))
+		for _, c := range reg.list {
 			writeCommandInfo(ctx, c)
 		}
 		return
@@ -121,17 +121,17 @@ func commandCmd(ctx *Ctx) {
 	// selected returns the named commands, or all of them when none is named.
 	selected := func() []*Command {
 		if len(a) == 2 {
-			return reg.public
+			return reg.list
 		}
 		out := make([]*Command, 0, len(a)-2)
 		for _, n := range a[2:] {
-			out = append(out, reg.lookupFor(ctx.S, n))
+			out = append(out, reg.Lookup(n))
 		}
 		return out
 	}
 	switch sub := a[1]; {
 	case eq(sub, "COUNT") && len(a) == 2:
-		ctx.Conn.WriteInt(len(reg.public))
+		ctx.Conn.WriteInt(len(reg.list))
 	case eq(sub, "INFO"):
 		cs := selected()
 		ctx.Conn.WriteArray(len(cs))
@@ -166,8 +166,8 @@ func commandCmd(ctx *Ctx) {
 			ctx.Conn.WriteString(l)
 		}
 	case eq(sub, "LIST") && len(a) == 2:
-		ctx.Conn.WriteArray(len(reg.public))
-		for _, c := range reg.public {
+		ctx.Conn.WriteArray(len(reg.list))
+		for _, c := range reg.list {
 			ctx.Conn.WriteBulkString(lower(c.Name))
 		}
 	default:

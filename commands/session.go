@@ -279,6 +279,10 @@ type Env struct {
 	Cluster Cluster
 	// SyncInterval is --sync-interval, reported by RL.CLUSTER INFO.
 	SyncInterval time.Duration
+	// Peers, if set, answers what another node sends on a connection
+	// authenticated as that node (from) and is no command (peer.Server):
+	// it reports whether args named one of its operations.
+	Peers func(c Writer, from string, args [][]byte) bool
 	// Service is the limiter every limiting and peer command calls; the
 	// node's wiring builds it.
 	Service *limiter.Service

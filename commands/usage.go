@@ -1,11 +1,7 @@
 package commands
 
 import (
-	"encoding/json"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
@@ -30,9 +26,6 @@ func usageCommands() []*Command {
 		{Name: "RL.TOP", Arity: -1, Flags: FlagReadOnly, Handler: topCmd,
 			Summary: "List the keys refused (or admitted) most over the last minutes, cluster-wide.",
 			Syntax:  "[DENIED|ADMITTED] [COUNT n] [LOCAL]"},
-		{Name: "RL.TOPSUMMARY", Arity: 2, Flags: FlagAdmin | FlagReadOnly | FlagPeer, Handler: topSummaryCmd,
-			Summary: "Internal: this node's heavy-hitters summary, for a node merging the cluster's.",
-			Syntax:  "DENIED|ADMITTED"},
 	}
 }
 
@@ -183,64 +176,8 @@ type TopResult struct {
 // TopAdmitted) with every other member's, asked over the nodes'
 // authenticated connections; local: this node's alone.
 func (env *Env) Top(kind string, local bool) TopResult {
-	sums := []usage.Summary{env.Service.TopSummary(kind)}
-	res := TopResult{By: kind, Nodes: 1}
-	cl := env.Cluster
-	if !local && cl != nil {
-		type answer struct {
-			id  string
-			sum usage.Summary
-			ok  bool
-		}
-		var mu sync.Mutex
-		var answers []answer
-		var wg sync.WaitGroup
-		for id, m := range cl.State().Members {
-			if id == cl.ID() || m.RespAddr == "" {
-				continue
-			}
-			wg.Add(1)
-			go func(id, addr string) {
-				defer wg.Done()
-				a := answer{id: id}
-				raw, err := cl.RelayTo(addr, [][]byte{[]byte("RL.TOPSUMMARY"), []byte(kind)}, 0)
-				if body, ok := bulkBody(raw); err == nil && ok {
-					a.ok = json.Unmarshal(body, &a.sum) == nil
-				}
-				mu.Lock()
-				answers = append(answers, a)
-				mu.Unlock()
-			}(id, m.RespAddr)
-		}
-		wg.Wait()
-		sort.Slice(answers, func(i, j int) bool { return answers[i].id < answers[j].id })
-		for _, a := range answers {
-			if a.ok {
-				sums = append(sums, a.sum)
-				res.Nodes++
-			} else {
-				res.Unreachable = append(res.Unreachable, a.id)
-			}
-		}
-	}
-	res.Summary = usage.Merge(sums...)
-	return res
-}
-
-// bulkBody returns the body of a RESP bulk string reply.
-func bulkBody(raw []byte) ([]byte, bool) {
-	if len(raw) < 4 || raw[0] != '$' {
-		return nil, false
-	}
-	i := strings.Index(string(raw), "\r\n")
-	if i < 0 {
-		return nil, false
-	}
-	n, err := strconv.Atoi(string(raw[1:i]))
-	if err != nil || n < 0 || len(raw) < i+2+n {
-		return nil, false
-	}
-	return raw[i+2 : i+2+n], true
+	sums, unreachable := env.Service.Top(kind, local)
+	return TopResult{By: kind, Summary: usage.Merge(sums...), Nodes: len(sums), Unreachable: unreachable}
 }
 
 func topCmd(ctx *Ctx) {
@@ -305,20 +242,4 @@ func topCmd(ctx *Ctx) {
 	for _, e := range keys {
 		writePairs(ctx, []Field{strF("key", e.Key), intF("count", e.Count), intF("error", e.Err)})
 	}
-}
-
-func topSummaryCmd(ctx *Ctx) {
-	if !fromPeer(ctx, nil) {
-		return
-	}
-	kind := limiter.TopRefused
-	switch {
-	case eq(ctx.Args[1], "ADMITTED"):
-		kind = limiter.TopAdmitted
-	case !eq(ctx.Args[1], "DENIED"):
-		ctx.Conn.WriteError("ERR RL.TOPSUMMARY takes DENIED or ADMITTED")
-		return
-	}
-	b, _ := json.Marshal(ctx.Env.Service.TopSummary(kind))
-	ctx.Conn.WriteBulk(b)
 }

@@ -54,10 +54,6 @@ type API struct {
 	MaxKeyLen int
 	// Views answer the cluster-wide endpoints (/v1/top, /v1/cluster).
 	Views Views
-	// Relay, if set, sends RL.SETTLE, RL.RELEASE or RL.RENEW of a
-	// reservation another member issued to that member and returns its raw
-	// RESP reply; relayed is false when this node answers it.
-	Relay func(args [][]byte) (raw []byte, relayed bool, err error)
 }
 
 // Register adds the endpoints to mux.

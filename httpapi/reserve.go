@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
@@ -113,13 +112,7 @@ func (a *API) settle(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var out limiter.Outcome
-	var err error
-	if raw, relayed, rerr := a.relay("RL.SETTLE", req.ID, "ACTUAL", strconv.FormatInt(*req.Actual, 10)); relayed {
-		out, err = relayedOutcome(raw, rerr)
-	} else {
-		out, err = a.Service.Settle(req.ID, *req.Actual)
-	}
+	out, err := a.Service.Settle(req.ID, *req.Actual)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -133,13 +126,7 @@ func (a *API) release(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var done bool
-	var err error
-	if raw, relayed, rerr := a.relay("RL.RELEASE", req.ID); relayed {
-		done, err = relayedDone(raw, rerr)
-	} else {
-		done, err = a.Service.Release(req.ID)
-	}
+	done, err := a.Service.Release(req.ID)
 	writeDone(w, "released", done, err)
 }
 
@@ -148,13 +135,7 @@ func (a *API) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var done bool
-	var err error
-	if raw, relayed, rerr := a.relay("RL.RENEW", req.ID, "TTL", strconv.FormatInt(*req.TTLMs, 10)); relayed {
-		done, err = relayedDone(raw, rerr)
-	} else {
-		done, err = a.Service.Renew(req.ID, *req.TTLMs*int64(time.Millisecond))
-	}
+	done, err := a.Service.Renew(req.ID, *req.TTLMs*int64(time.Millisecond))
 	writeDone(w, "renewed", done, err)
 }
 
@@ -165,61 +146,4 @@ func writeDone(w http.ResponseWriter, name string, done bool, err error) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{name: done})
-}
-
-// relay sends a reservation command to the member that issued its id
-// (args[1]), when another did: an id is valid on every node, over HTTP as
-// over RESP.
-func (a *API) relay(args ...string) ([]byte, bool, error) {
-	if a.Relay == nil {
-		return nil, false, nil
-	}
-	b := make([][]byte, len(args))
-	for i, s := range args {
-		b[i] = []byte(s)
-	}
-	return a.Relay(b)
-}
-
-// relayedOutcome reads RL.SETTLE's reply from the issuing member: the six
-// fields, or its error.
-func relayedOutcome(raw []byte, err error) (limiter.Outcome, error) {
-	if err != nil {
-		return limiter.Outcome{}, err
-	}
-	v, err := parseReply(raw)
-	if err != nil {
-		return limiter.Outcome{}, err
-	}
-	f, ok := v.([]any)
-	if !ok || len(f) != 6 {
-		return limiter.Outcome{}, fault.New("ERR", "unexpected reply from the reservation's node: %.100q", raw)
-	}
-	var n [5]int64
-	for i := range n {
-		if n[i], ok = f[i].(int64); !ok {
-			return limiter.Outcome{}, fault.New("ERR", "unexpected reply from the reservation's node: %.100q", raw)
-		}
-	}
-	name, _ := f[5].(string)
-	ms := int64(time.Millisecond)
-	return limiter.Outcome{Allowed: int(n[0]), LimitedBy: []byte(name), Result: engine.Result{Allowed: n[0] == 1,
-		Remaining: n[1], Limit: n[2], RetryAfter: n[3] * ms, ResetAfter: n[4] * ms}}, nil
-}
-
-// relayedDone reads RL.RELEASE's or RL.RENEW's reply from the issuing
-// member: :1, :0, or its error.
-func relayedDone(raw []byte, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	v, err := parseReply(raw)
-	if err != nil {
-		return false, err
-	}
-	n, ok := v.(int64)
-	if !ok {
-		return false, fault.New("ERR", "unexpected reply from the reservation's node: %.100q", raw)
-	}
-	return n == 1, nil
 }

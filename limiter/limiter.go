@@ -104,6 +104,9 @@ type Service struct {
 	// nil: this node counts its own.
 	Slots SlotPeers
 	slots slotState
+	// Relays runs at the member it belongs to what another member holds
+	// (relays.go); nil: this node holds everything.
+	Relays Relays
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 

@@ -242,6 +242,12 @@ func (s *Service) slot(now, deadline, ttl int64, key []byte, n int64, w Watcher,
 // charged when n is more — never refused, the buckets may go into debt,
 // and quotas count the real total. It describes the levels afterwards.
 func (s *Service) Settle(id string, n int64) (Outcome, error) {
+	if m, elsewhere, err := s.issuer(id); err != nil || elsewhere {
+		if err != nil {
+			return Outcome{}, err
+		}
+		return s.Relays.Settle(m, id, n)
+	}
 	h, err := s.take(id)
 	if h == nil {
 		if err == nil {
@@ -259,6 +265,12 @@ func (s *Service) Settle(id string, n int64) (Outcome, error) {
 // Release ends reservation id without the work: the whole estimate goes
 // back. It reports false if there was no such reservation.
 func (s *Service) Release(id string) (bool, error) {
+	if m, elsewhere, err := s.issuer(id); err != nil || elsewhere {
+		if err != nil {
+			return false, err
+		}
+		return s.Relays.Release(m, id)
+	}
 	h, err := s.take(id)
 	if h == nil {
 		return false, err
@@ -277,6 +289,12 @@ func (s *Service) Renew(id string, ttl int64) (bool, error) {
 	}
 	if ttl == 0 {
 		ttl = s.reserveTTL()
+	}
+	if m, elsewhere, err := s.issuer(id); err != nil || elsewhere {
+		if err != nil {
+			return false, err
+		}
+		return s.Relays.Renew(m, id, ttl)
 	}
 	ok, err := s.Holds.Renew(id, s.Clock(), ttl)
 	if ok && s.Slots != nil && s.Store.View() != 0 && s.Holds.Slot(id) != "" {

@@ -45,19 +45,6 @@ func (n *Node) Forward(args [][]byte) ([]byte, error) {
 	}
 }
 
-// RelayTo sends a client command to the node at addr (a member's RESP
-// address) and returns its raw reply, waiting at most timeout (0:
-// ApplyTimeout): for commands that belong to one node, such as settling a
-// reservation it issued, or taking a concurrency slot it keeps.
-func (n *Node) RelayTo(addr string, args [][]byte, timeout time.Duration) ([]byte, error) {
-	if timeout <= 0 {
-		timeout = n.opts.ApplyTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return n.remote.Relay(ctx, addr, args)
-}
-
 // NotLeaderReply starts the refusal of a node that receives a relayed
 // command (on a connection named with ForwardPrefix) but does not lead.
 const NotLeaderReply = "TRYAGAIN not the leader"

@@ -122,6 +122,9 @@ func New(node string, max int, seed uint64) *Store {
 		copies: map[string]map[string]*copyEntry{}, copyByID: map[string]*copyEntry{}}
 }
 
+// Node is the id of the node the store issues reservations for.
+func (s *Store) Node() string { return s.node }
+
 // Errors of the store, with their reply codes.
 var (
 	// ErrFull refuses a reservation while the node holds its maximum.

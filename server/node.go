@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/commands"
 	"github.com/sluice-rl/sluice/fault"
-	"github.com/sluice-rl/sluice/internal/respclient"
+	"github.com/sluice-rl/sluice/peer"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -96,14 +96,14 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	if hooks.Raft != nil {
 		hooks.Raft(&o)
 	}
-	rem := newRemote(&cfg, o.ClientTLS)
+	rem := peer.NewRemote(cfg.NodeID, cfg.peerLogin, o.ClientTLS)
 	o.Remote = rem
 	rn, err := raftfsm.Open(o)
 	if err != nil {
 		s.closeListeners()
 		return nil, err
 	}
-	rem.setID(rn.ID())
+	rem.SetID(rn.ID())
 	peerUser, peerPass := cfg.peerLogin(rn.ID())
 	s.env.Cluster = rn
 	s.svc.Cluster, s.svc.Quotas = rn, rn.FSM()
@@ -116,16 +116,15 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	s.SetReady(func() bool { return rn.ReadyWithin(time.Second) })
 	s.env.Metrics.Registry.MustRegister(applyHist, raftCollector{rn})
 	n := &Node{Server: s, Raft: rn, log: log, failed: make(chan error, 1), stop: make(chan struct{})}
-	s.env.Metrics.Registry.MustRegister(syncLagCollector{n})
-	peerClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-sync:" + rn.ID(), Timeout: 2 * time.Second}
-	y := newSyncer(n, peerClient)
-	go y.run(cfg.SyncInterval)
 	n.startQuotaSync(&cfg)
 	n.startReservations(&cfg)
-	slotClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-slots:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
-	s.svc.Slots = newSlotPeers(n, slotClient)
-	leaseClient := &respclient.Client{TLS: o.ClientTLS, User: peerUser, Password: peerPass, Name: "sluice-lease:" + rn.ID(), Timeout: 2 * time.Second, DialTimeout: 500 * time.Millisecond}
-	go newLeaser(n, leaseClient).run()
+	// Node-to-node traffic (package peer): consumption, leases, slots and
+	// relayed client commands.
+	pn := &peer.Node{Raft: rn, Service: s.svc, Registry: s.env.Metrics.Registry, Log: log, Stop: n.stop,
+		TLS: o.ClientTLS, User: peerUser, Password: peerPass, ApplyTimeout: cfg.ApplyTimeout}
+	pn.Start(cfg.SyncInterval, s.env.Started)
+	ps := &peer.Server{Service: s.svc}
+	s.env.Peers = func(c commands.Writer, from string, args [][]byte) bool { return ps.Serve(c, from, args) }
 	go n.watchLoading(cfg.LoadingTimeout)
 	s.fail = func(err error) {
 		select {

@@ -446,8 +446,7 @@ func (s *Server) httpHandler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	api := &httpapi.API{Service: s.svc, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views(),
-		Relay: func(args [][]byte) ([]byte, bool, error) { return commands.RelayToIssuer(s.env.Cluster, args) }}
+	api := &httpapi.API{Service: s.svc, MaxKeyLen: s.cfg.MaxKeyLen, Access: s.httpAccess, Views: s.views()}
 	api.Register(mux)
 	console.Register(mux)
 	s.ratelimitRoutes(mux)

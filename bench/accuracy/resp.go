@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/respclient"
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // appendCommand appends args as one RESP multibulk command.
-func appendCommand(b []byte, args ...string) []byte { return respclient.AppendCommand(b, args...) }
+func appendCommand(b []byte, args ...string) []byte { return resp.AppendCommand(b, args...) }
 
 // value is one RESP2 reply.
 type value struct {

@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"context"
@@ -10,17 +10,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-rl/sluice/internal/respclient"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/reserve"
 )
 
-// slotPeers is limiter.SlotPeers over RESP (RL.SLOT, commands/slot.go):
+// SlotPeers is limiter.SlotPeers over RESP (RL.SLOT, commands/slot.go):
 // copies and questions go at once and are awaited; ended and renewed holds
 // are queued and sent to every other member in batches from one goroutine.
-type slotPeers struct {
+type SlotPeers struct {
 	n      *Node
-	client *respclient.Client
+	client *Client
 	notes  chan slotNote
 	failed prometheus.Counter
 }
@@ -42,18 +41,18 @@ const (
 	slotNotesBatch = 1000
 )
 
-func newSlotPeers(n *Node, client *respclient.Client) *slotPeers {
-	p := &slotPeers{n: n, client: client, notes: make(chan slotNote, slotNotesQueue),
+func newSlotPeers(n *Node, client *Client) *SlotPeers {
+	p := &SlotPeers{n: n, client: client, notes: make(chan slotNote, slotNotesQueue),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_slot_messages_failed_total",
 			Help: "RL.SLOT messages about concurrency slots another member did not answer or refused."})}
-	n.Server.env.Metrics.Registry.MustRegister(p.failed)
+	n.Registry.MustRegister(p.failed)
 	go p.run()
 	return p
 }
 
-func (p *slotPeers) Self() string { return p.n.Raft.ID() }
+func (p *SlotPeers) Self() string { return p.n.Raft.ID() }
 
-func (p *slotPeers) do(member string, args ...string) ([]byte, error) {
+func (p *SlotPeers) do(member string, args ...string) ([]byte, error) {
 	m, ok := p.n.Raft.State().Members[member]
 	if !ok || m.RespAddr == "" {
 		return nil, errors.New("not a member")
@@ -75,12 +74,12 @@ func (p *slotPeers) do(member string, args ...string) ([]byte, error) {
 	return raw, err
 }
 
-func (p *slotPeers) Copy(member, key, id string, ttl int64) error {
+func (p *SlotPeers) Copy(member, key, id string, ttl int64) error {
 	_, err := p.do(member, "COPY", key, id, strconv.FormatInt(ttl, 10))
 	return err
 }
 
-func (p *slotPeers) Holds(member string, view uint64, key string) ([]reserve.Copy, error) {
+func (p *SlotPeers) Holds(member string, view uint64, key string) ([]reserve.Copy, error) {
 	raw, err := p.do(member, "HOLDS", strconv.FormatUint(view, 10), key)
 	if err != nil {
 		if strings.HasPrefix(string(raw), "-"+limiter.ErrViewDiffers.Error()) {
@@ -88,30 +87,31 @@ func (p *slotPeers) Holds(member string, view uint64, key string) ([]reserve.Cop
 		}
 		return nil, err
 	}
-	f, n, _, err := parseCommand(raw, nil, limits{maxArgs: 1 << 21, maxBulk: 1 << 20})
-	if err != nil || n != len(raw) || len(f)%2 != 0 {
+	rep, perr := ParseReply(raw)
+	f, ok := rep.Strings()
+	if perr != nil || !ok || len(f)%2 != 0 {
 		return nil, errors.New("unexpected reply to RL.SLOT HOLDS")
 	}
 	cs := make([]reserve.Copy, 0, len(f)/2)
 	for i := 0; i < len(f); i += 2 {
-		ttl, err := strconv.ParseInt(string(f[i+1]), 10, 64)
+		ttl, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil {
 			return nil, errors.New("unexpected reply to RL.SLOT HOLDS")
 		}
-		cs = append(cs, reserve.Copy{ID: string(f[i]), Expires: ttl})
+		cs = append(cs, reserve.Copy{ID: f[i], Expires: ttl})
 	}
 	return cs, nil
 }
 
-func (p *slotPeers) Ended(ids []string) {
+func (p *SlotPeers) Ended(ids []string) {
 	for _, id := range ids {
 		p.note(slotNote{id: id})
 	}
 }
 
-func (p *slotPeers) Renewed(id string, ttl int64) { p.note(slotNote{id: id, ttl: ttl}) }
+func (p *SlotPeers) Renewed(id string, ttl int64) { p.note(slotNote{id: id, ttl: ttl}) }
 
-func (p *slotPeers) note(n slotNote) {
+func (p *SlotPeers) note(n slotNote) {
 	select {
 	case p.notes <- n:
 	default:
@@ -121,11 +121,11 @@ func (p *slotPeers) note(n slotNote) {
 
 // run sends the queued notes to every other member: each ENDED batch and
 // RENEWED as it comes, the members in parallel.
-func (p *slotPeers) run() {
+func (p *SlotPeers) run() {
 	for {
 		var batch []slotNote
 		select {
-		case <-p.n.stop:
+		case <-p.n.Stop:
 			p.client.Close()
 			return
 		case n := <-p.notes:

@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"time"
@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/respclient"
 )
 
 // maxSyncMessage bounds one RL.SYNC payload; more consumption goes out as
@@ -19,7 +18,7 @@ const maxSyncMessage = 1 << 20
 // a peer that cannot keep up loses messages rather than hold the others.
 type syncer struct {
 	n       *Node
-	client  *respclient.Client
+	client  *Client
 	store   *engine.Store          // the node's buckets, whose consumption it sends
 	workers map[string]chan []byte // peer id → its queue
 	sent    prometheus.Counter
@@ -27,13 +26,13 @@ type syncer struct {
 	failed  prometheus.Counter
 }
 
-func newSyncer(n *Node, client *respclient.Client) *syncer {
-	y := &syncer{n: n, client: client, store: n.Server.svc.Store, workers: map[string]chan []byte{},
+func newSyncer(n *Node, client *Client) *syncer {
+	y := &syncer{n: n, client: client, store: n.Service.Store, workers: map[string]chan []byte{},
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_sent_total", Help: "RL.SYNC messages delivered to peers."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_dropped_total", Help: "RL.SYNC messages dropped because a peer's queue was full."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_sync_messages_failed_total", Help: "RL.SYNC messages a peer did not accept (unreachable, refused)."}),
 	}
-	n.Server.env.Metrics.Registry.MustRegister(y.sent, y.dropped, y.failed)
+	n.Registry.MustRegister(y.sent, y.dropped, y.failed)
 	return y
 }
 
@@ -46,7 +45,7 @@ func (y *syncer) run(interval time.Duration) {
 	var consumed, back syncBatch
 	for {
 		select {
-		case <-y.n.stop:
+		case <-y.n.Stop:
 			for _, q := range y.workers {
 				close(q)
 			}
@@ -144,24 +143,23 @@ func (y *syncer) work(id, addr string, q <-chan []byte) {
 			}
 		}
 		raw, err := y.client.Do(addr, [][]byte{[]byte("RL.SYNC"), self, m})
-		if err == nil && len(raw) > 0 && raw[0] == '-' {
-			err = errString(raw)
+		if err == nil {
+			err = replyError(raw)
 		}
 		if err != nil {
 			y.failed.Inc()
-			y.n.log.Debug("sync", "peer", id, "addr", addr, "err", err)
+			y.n.Log.Debug("sync", "peer", id, "addr", addr, "err", err)
 			continue
 		}
 		y.sent.Inc()
 	}
 }
 
-type errString []byte
-
-func (e errString) Error() string { return string(e[1 : len(e)-2]) }
-
 // syncLagCollector exports sluice_sync_lag_seconds.
-type syncLagCollector struct{ n *Node }
+type syncLagCollector struct {
+	n       *Node
+	started time.Time
+}
 
 var syncLagDesc = prometheus.NewDesc("sluice_sync_lag_seconds",
 	"Longest time since a peer's consumption arrived (peers send every --sync-interval); -1 on a node with no peers.", nil, nil)
@@ -169,7 +167,7 @@ var syncLagDesc = prometheus.NewDesc("sluice_sync_lag_seconds",
 func (c syncLagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- syncLagDesc }
 
 func (c syncLagCollector) Collect(ch chan<- prometheus.Metric) {
-	v := float64(c.n.Server.svc.SyncLag(c.n.Raft.ID(), c.n.Server.env.Started))
+	v := float64(c.n.Service.SyncLag(c.n.Raft.ID(), c.started))
 	if v > 0 {
 		v /= 1e9
 	}

@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/respclient"
 )
 
 // leaser runs this node's side of the token leases (engine/lease.go): it
@@ -18,7 +17,7 @@ import (
 // flight per owner), applies the grants, and gives expired tokens back.
 type leaser struct {
 	n       *Node
-	client  *respclient.Client
+	client  *Client
 	store   *engine.Store // the node's buckets, which hold the leases
 	clock   func() int64  // the service clock
 	wake    chan struct{}
@@ -50,15 +49,15 @@ type ownerReply struct {
 // leaseMaxBatch bounds the buckets of one RL.LEASE request.
 const leaseMaxBatch = 4096
 
-func newLeaser(n *Node, client *respclient.Client) *leaser {
-	l := &leaser{n: n, client: client, store: n.Server.svc.Store, clock: n.Server.svc.Clock, wake: make(chan struct{}, 1), done: make(chan ownerReply, 16),
+func newLeaser(n *Node, client *Client) *leaser {
+	l := &leaser{n: n, client: client, store: n.Service.Store, clock: n.Service.Clock, wake: make(chan struct{}, 1), done: make(chan ownerReply, 16),
 		queued: map[string]map[string]*leaseItem{}, busy: map[string]bool{}, notTill: map[string]int64{}, downTil: map[string]int64{},
 		asked:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_requests_total", Help: "RL.LEASE requests sent to bucket owners."}),
 		granted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_tokens_granted_total", Help: "Tokens owners granted to this node's leases."}),
 		returned: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_tokens_returned_total", Help: "Unused leased tokens this node gave back to their owners."}),
 		failed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_lease_requests_failed_total", Help: "RL.LEASE requests that failed (owner unreachable or refusing); its buckets are then limited locally for a second."}),
 	}
-	n.Server.env.Metrics.Registry.MustRegister(l.asked, l.granted, l.returned, l.failed)
+	n.Registry.MustRegister(l.asked, l.granted, l.returned, l.failed)
 	l.store.SetWake(l.wake)
 	return l
 }
@@ -72,7 +71,7 @@ func (l *leaser) run() {
 	lastExpiry := int64(0)
 	for {
 		select {
-		case <-l.n.stop:
+		case <-l.n.Stop:
 			l.client.Close()
 			return
 		case r := <-l.done:
@@ -85,7 +84,7 @@ func (l *leaser) run() {
 			members = ids
 			store.SetOwners(self, members)
 			// A key's backup may have changed: its slots' copies go there.
-			go l.n.Server.svc.ReplicateSlots()
+			go l.n.Service.ReplicateSlots()
 		}
 		if len(members) < 2 {
 			continue // a node alone owns every bucket: no leases to tend
@@ -183,7 +182,7 @@ func (l *leaser) send(owner string, items []*leaseItem) {
 	l.asked.Inc()
 	select {
 	case l.done <- r:
-	case <-l.n.stop:
+	case <-l.n.Stop:
 	}
 }
 
@@ -196,7 +195,7 @@ func (l *leaser) finish(r ownerReply) {
 	body, ok := bulkBody(r.raw)
 	if r.err != nil || !ok {
 		l.failed.Inc()
-		l.n.log.Debug("lease", "owner", r.owner, "err", r.err)
+		l.n.Log.Debug("lease", "owner", r.owner, "err", r.err)
 		store.SetOwnerDown(r.owner, true)
 		l.downTil[r.owner] = now + int64(time.Second)
 		return

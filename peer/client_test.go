@@ -1,4 +1,4 @@
-package respclient
+package peer
 
 import (
 	"bufio"

@@ -1,7 +1,4 @@
-// Package respclient is the RESP client nodes use to talk to each other:
-// forwarding a write to the leader and relaying its reply byte for byte,
-// and joining a cluster. It keeps a few idle connections per address.
-package respclient
+package peer
 
 import (
 	"bufio"
@@ -13,9 +10,13 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
-// Client dials peers with optional TLS and a password.
+// Client is the RESP client nodes use to talk to each other: it dials
+// members with optional TLS and a password, sends a command and returns
+// the raw reply, keeping a few idle connections per address.
 type Client struct {
 	TLS      *tls.Config
 	User     string // empty: the default user
@@ -216,26 +217,11 @@ func (cl *Client) Close() {
 
 // do sends args and reads the reply, within the deadline the caller set.
 func (c *conn) do(args [][]byte) ([]byte, error) {
-	buf := AppendCommand(make([]byte, 0, 64), args...)
+	buf := resp.AppendCommand(make([]byte, 0, 64), args...)
 	if _, err := c.c.Write(buf); err != nil {
 		return nil, err
 	}
 	return ReadRaw(c.r, nil)
-}
-
-// AppendCommand appends args as one RESP multibulk command.
-func AppendCommand[S ~string | ~[]byte](b []byte, args ...S) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
 }
 
 // ReadRaw appends one complete RESP2 value read from r to dst.

@@ -1,0 +1,167 @@
+package peer
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/raftfsm"
+	"github.com/sluice-rl/sluice/usage"
+)
+
+// Relays is limiter.Relays over RESP: a client command that belongs to
+// another member is sent there as the command a client would send, on a
+// connection named with raftfsm.ForwardPrefix (so that the member serves
+// it and relays nothing on), and its reply comes back typed.
+type Relays struct {
+	n       *Node
+	client  *Client
+	timeout time.Duration // a relay's bound when the call gives none
+}
+
+func newRelays(n *Node, timeout time.Duration) *Relays {
+	return &Relays{n: n, client: n.client(raftfsm.ForwardPrefix, 10*time.Second, 500*time.Millisecond), timeout: timeout}
+}
+
+// Self is this node's id.
+func (r *Relays) Self() string { return r.n.Raft.ID() }
+
+// do sends args to member within timeout (0: the relay's bound) and
+// parses the reply; unreachable is true when the member did not answer
+// (or is no member with an address: known false then).
+func (r *Relays) do(member string, timeout time.Duration, args ...[]byte) (rep Reply, addr string, known bool, err error) {
+	addr, known = r.n.addr(member)
+	if !known {
+		return rep, "", false, errNotMember
+	}
+	if timeout <= 0 {
+		timeout = r.timeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	raw, err := r.client.DoContext(ctx, addr, args)
+	if err != nil {
+		return rep, addr, true, err
+	}
+	rep, err = ParseReply(raw)
+	return rep, addr, true, err
+}
+
+var errNotMember = fault.New("ERR", "not a member")
+
+// issuerErr is the refusal of a reservation command whose issuer did not
+// answer (or has just left: the limiter refuses an id of a node that is
+// no member before it relays).
+func issuerErr(id, member, addr string, err error) error {
+	return fault.New("TRYAGAIN", "reservation '%s' lives on node '%s' (%s), which did not answer: %v",
+		fault.Printable([]byte(id)), fault.Printable([]byte(member)), addr, err)
+}
+
+// Settle runs RL.SETTLE id ACTUAL n at member, the reservation's issuer.
+func (r *Relays) Settle(member, id string, n int64) (limiter.Outcome, error) {
+	rep, addr, known, err := r.do(member, 0, []byte("RL.SETTLE"), []byte(id), []byte("ACTUAL"), strconv.AppendInt(nil, n, 10))
+	if !known || err != nil && !isFault(err) {
+		return limiter.Outcome{}, issuerErr(id, member, addr, err)
+	}
+	if err != nil {
+		return limiter.Outcome{}, err
+	}
+	if err := rep.Err(); err != nil {
+		return limiter.Outcome{}, err
+	}
+	return outcome(rep, 6)
+}
+
+// Release runs RL.RELEASE id at member, the reservation's issuer.
+func (r *Relays) Release(member, id string) (bool, error) {
+	return r.done(member, id, []byte("RL.RELEASE"), []byte(id))
+}
+
+// Renew runs RL.RENEW id TTL ms at member, the reservation's issuer.
+func (r *Relays) Renew(member, id string, ttl int64) (bool, error) {
+	return r.done(member, id, []byte("RL.RENEW"), []byte(id), []byte("TTL"), strconv.AppendInt(nil, ttl/int64(time.Millisecond), 10))
+}
+
+func (r *Relays) done(member, id string, args ...[]byte) (bool, error) {
+	rep, addr, known, err := r.do(member, 0, args...)
+	if !known || err != nil && !isFault(err) {
+		return false, issuerErr(id, member, addr, err)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := rep.Err(); err != nil {
+		return false, err
+	}
+	if rep.Kind != ':' {
+		return false, errUnexpected(rep)
+	}
+	return rep.Int == 1, nil
+}
+
+// Reserve runs RL.RESERVE (args, as the client sent them) at member, the
+// one that decides the key's concurrency slots, waiting at most timeout.
+// answered is false when member did not answer or is no member.
+func (r *Relays) Reserve(member string, args [][]byte, timeout time.Duration) (out limiter.Outcome, id string, answered bool, err error) {
+	rep, _, known, err := r.do(member, timeout, args...)
+	if !known || err != nil && !isFault(err) {
+		return out, "", false, nil
+	}
+	if err != nil {
+		return out, "", true, err
+	}
+	if err := rep.Err(); err != nil {
+		return out, "", true, err
+	}
+	if out, err = outcome(rep, 7); err != nil {
+		return out, "", true, err
+	}
+	return out, rep.Elems[6].Str, true, nil
+}
+
+// TopSummary asks member for its usage summary of kind (RL.TOPSUMMARY).
+func (r *Relays) TopSummary(member, kind string) (usage.Summary, error) {
+	var sum usage.Summary
+	rep, _, _, err := r.do(member, 0, []byte("RL.TOPSUMMARY"), []byte(kind))
+	if err == nil {
+		err = rep.Err()
+	}
+	if err != nil {
+		return sum, err
+	}
+	if rep.Kind != '$' || rep.Null {
+		return sum, errUnexpected(rep)
+	}
+	return sum, json.Unmarshal([]byte(rep.Str), &sum)
+}
+
+func isFault(err error) bool { _, ok := err.(*fault.Error); return ok }
+
+func errUnexpected(rep Reply) error {
+	return fault.New("ERR", "unexpected reply from another node (type %q)", rep.Kind)
+}
+
+// outcome reads the six fields of an RL.ACQUIRE-shaped reply — allowed,
+// remaining, limit, retry_after_ms, reset_after_ms, limited_by — from an
+// array of size fields.
+func outcome(rep Reply, size int) (limiter.Outcome, error) {
+	if rep.Kind != '*' || len(rep.Elems) != size {
+		return limiter.Outcome{}, errUnexpected(rep)
+	}
+	var n [5]int64
+	for i := range n {
+		if rep.Elems[i].Kind != ':' {
+			return limiter.Outcome{}, errUnexpected(rep)
+		}
+		n[i] = rep.Elems[i].Int
+	}
+	ms := int64(time.Millisecond)
+	return limiter.Outcome{Allowed: int(n[0]), LimitedBy: []byte(rep.Elems[5].Str), Result: engine.Result{Allowed: n[0] == 1,
+		Remaining: n[1], Limit: n[2], RetryAfter: n[3] * ms, ResetAfter: n[4] * ms}}, nil
+}
+
+var _ limiter.Relays = (*Relays)(nil)
