@@ -23,8 +23,6 @@ var boundsWrittenElsewhere = []struct{ file, line, why string }{
 	{"internal/flagx/flagx.go", "must be an integer between %d and %d", "a command-line flag's range; internal/ imports nothing of the module"},
 	{"bench/config.go", "port must be an integer between 1 and 65535", "a tool's flag, not a call's argument"},
 	{"bench/mix.go", "weight of %s must be an integer between", "a tool's flag, not a call's argument"},
-	{"httpapi/reserve.go", "must be an integer between", "ttl_ms, concurrency, actual of a reservation: not yet through package bounds (the node-to-node work holds the file)"},
-	{"peer/serve.go", "ttl-ns must be an integer between", "a node-to-node argument, not a client's"},
 }
 
 // TestBoundsAreWrittenOnce: the message of a call's bound is package

@@ -34,8 +34,15 @@ const (
 	// connection costs a goroutine and a timer, and shutdown must not wait
 	// longer than this for in-flight replies.
 	MaxWaitMs = 60000
-	MinWindow = time.Millisecond
-	MaxWindow = 3650 * 24 * time.Hour
+	// MaxTTLMs bounds a reservation's TTL (TTL, ttl_ms, RL.RENEW's): an
+	// hour, so that an abandoned reservation holds its tokens and slot no
+	// longer.
+	MaxTTLMs = 3_600_000
+	// MaxConcurrency bounds a concurrency limit (CONCURRENCY, concurrency,
+	// a budget node's).
+	MaxConcurrency = 1_000_000
+	MinWindow      = time.Millisecond
+	MaxWindow      = 3650 * 24 * time.Hour
 )
 
 // Int is the inclusive range of an integer argument.
@@ -48,6 +55,10 @@ var (
 	Cost  = Int{0, MaxCost}   // COST, cost
 	Wait  = Int{0, MaxWaitMs} // WAIT, wait_ms, MAXWAIT, max_wait_ms
 	Quota = Int{1, MaxRate}   // QUOTA, quota.limit
+	TTL   = Int{1, MaxTTLMs}  // TTL, ttl_ms (milliseconds)
+	// Concurrency is the inline form's CONCURRENCY (a budget node's may
+	// be 0: none).
+	Concurrency = Int{1, MaxConcurrency}
 	// RequestsPerUnit is an Envoy rule's requests_per_unit: a uint32 in
 	// envoyproxy/ratelimit's configuration, where 0 refuses every request.
 	RequestsPerUnit = Int{0, math.MaxUint32}

@@ -149,7 +149,7 @@ func (q *Quota) Per() quota.Period { return q.per }
 const (
 	DefaultMaxWaitMs = 1000
 	DefaultCost      = 1
-	MaxConcurrency   = 1_000_000
+	MaxConcurrency   = bounds.MaxConcurrency
 	MaxDepth         = 8 // path segments
 	MaxPathLen       = 512
 )

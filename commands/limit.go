@@ -142,11 +142,11 @@ func parseLimitArgs(args [][]byte, allowed int) (la limitArgs, errMsg string) {
 			i-- // takes no value
 		case allowed&optReserve != 0 && eq(a, "TTL"):
 			if v, e = need(i, 1<<9, "TTL"); e == "" {
-				la.ttlMs, e = intArg(v, "TTL", 1, MaxReserveTTLMs)
+				la.ttlMs, e = boundArg(v, "TTL", bounds.TTL)
 			}
 		case allowed&optReserve != 0 && eq(a, "CONCURRENCY"):
 			if v, e = need(i, 1<<10, "CONCURRENCY"); e == "" {
-				la.concurrency, e = intArg(v, "CONCURRENCY", 1, budget.MaxConcurrency)
+				la.concurrency, e = boundArg(v, "CONCURRENCY", bounds.Concurrency)
 			}
 		case allowed&(optLimit|optQuota) != 0 && eq(a, "QUOTA"):
 			if v, e = need(i, 1<<7, "QUOTA"); e == "" {

@@ -3,15 +3,15 @@ package commands
 import (
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/reserve"
 )
 
-// MaxReserveTTLMs bounds a reservation's TTL (and RL.RENEW's): an hour,
-// so that an abandoned reservation holds its tokens and slot no longer.
-const MaxReserveTTLMs = 3_600_000
+// MaxReserveTTLMs bounds a reservation's TTL (and RL.RENEW's).
+const MaxReserveTTLMs = bounds.MaxTTLMs
 
 func reserveCommands() []*Command {
 	return []*Command{
@@ -107,7 +107,7 @@ func renewCmd(ctx *Ctx) {
 		ctx.Conn.WriteError("ERR syntax error: RL.RENEW id TTL ms")
 		return
 	}
-	ms, e := intArg(ctx.Args[3], "TTL", 1, MaxReserveTTLMs)
+	ms, e := boundArg(ctx.Args[3], "TTL", bounds.TTL)
 	if e != "" {
 		ctx.Conn.WriteError(e)
 		return

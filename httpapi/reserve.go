@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
@@ -12,7 +13,7 @@ import (
 )
 
 // MaxTTLMs bounds ttl_ms, as TTL's bound for RL.RESERVE.
-const MaxTTLMs = 3_600_000
+const MaxTTLMs = bounds.MaxTTLMs
 
 // ReserveReply is RL.RESERVE's reply: the six fields and the id (empty
 // when refused).
@@ -65,14 +66,14 @@ func (a *API) reserve(w http.ResponseWriter, r *http.Request) {
 func reserveOpts(req *Request) (limiter.ReserveOpts, error) {
 	var o limiter.ReserveOpts
 	if req.TTLMs != nil {
-		if *req.TTLMs < 1 || *req.TTLMs > MaxTTLMs {
-			return o, fault.New("ERR", "ttl_ms must be an integer between 1 and %d", MaxTTLMs)
+		if !bounds.TTL.In(*req.TTLMs) {
+			return o, refused(bounds.TTL.Msg("ttl_ms"))
 		}
 		o.TTL = *req.TTLMs * int64(time.Millisecond)
 	}
 	if req.Concurrency != nil {
-		if *req.Concurrency < 1 || *req.Concurrency > budget.MaxConcurrency {
-			return o, fault.New("ERR", "concurrency must be an integer between 1 and %d", int64(budget.MaxConcurrency))
+		if !bounds.Concurrency.In(*req.Concurrency) {
+			return o, refused(bounds.Concurrency.Msg("concurrency"))
 		}
 		if req.Path != nil {
 			return o, fault.New("ERR", "concurrency belongs to the inline form (key); a budget node's limit is its concurrency")
@@ -95,10 +96,10 @@ func (a *API) decodeID(w http.ResponseWriter, r *http.Request, want string) (IDR
 		err = fault.New("ERR", "id is required: the id /v1/reserve returned")
 	case want != "actual" && req.Actual != nil, want != "ttl_ms" && req.TTLMs != nil:
 		err = fault.New("ERR", "actual belongs to settle and ttl_ms to renew")
-	case want == "actual" && (req.Actual == nil || *req.Actual < 0 || *req.Actual > engine.MaxCost):
-		err = fault.New("ERR", "actual must be an integer between 0 and %d", int64(engine.MaxCost))
-	case want == "ttl_ms" && (req.TTLMs == nil || *req.TTLMs < 1 || *req.TTLMs > MaxTTLMs):
-		err = fault.New("ERR", "ttl_ms must be an integer between 1 and %d", MaxTTLMs)
+	case want == "actual" && (req.Actual == nil || !bounds.Cost.In(*req.Actual)):
+		err = refused(bounds.Cost.Msg("actual"))
+	case want == "ttl_ms" && (req.TTLMs == nil || !bounds.TTL.In(*req.TTLMs)):
+		err = refused(bounds.TTL.Msg("ttl_ms"))
 	}
 	if err != nil {
 		writeError(w, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
 )
@@ -131,15 +132,14 @@ func (s *Server) lease(w Writer, from string, a [][]byte) {
 	w.WriteBulk(out)
 }
 
-// MaxSlotTTL bounds the TTL a copy of a hold carries: a reservation's
-// longest (an hour).
-const MaxSlotTTL = int64(time.Hour)
+// slotTTL bounds the TTL a copy of a hold carries, in ns: a reservation's.
+var slotTTL = bounds.Int{Lo: 1, Hi: bounds.MaxTTLMs * int64(time.Millisecond)}
 
 // ttlArg reads a copy's TTL in ns, or replies with the error.
 func ttlArg(w Writer, b []byte) (int64, bool) {
 	n, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil || n < 1 || n > MaxSlotTTL {
-		w.WriteError("ERR ttl-ns must be an integer between 1 and " + strconv.FormatInt(MaxSlotTTL, 10))
+	if err != nil || !slotTTL.In(n) {
+		w.WriteError("ERR " + slotTTL.Msg("ttl-ns"))
 		return 0, false
 	}
 	return n, true
