@@ -7,7 +7,6 @@ import (
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/reserve"
 )
 
 // MaxReserveTTLMs bounds a reservation's TTL (and RL.RENEW's).
@@ -58,22 +57,7 @@ func reserveCmd(ctx *Ctx) {
 	call := la.call(rate, &ctx.S.spec)
 	call.Now = ctx.Now()
 	o := limiter.ReserveOpts{TTL: la.ttlMs * int64(time.Millisecond), Concurrency: la.concurrency}
-	var out limiter.Outcome
-	var id string
-	var err error
-	// A decision chosen here while another member took the key's slots
-	// over (reserve.ErrMoved) is chosen again: a few times at most, as a
-	// takeover happens once per key and member list.
-	for try := 0; ; try++ {
-		var relayed bool
-		if out, id, relayed, err = ctx.Env.Service.ReserveWhereSlotsAre(&call, o, &ctx.S.scratch, ctx.Args); relayed {
-			break
-		}
-		out, id, err = ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
-		if err != reserve.ErrMoved || try == 3 {
-			break
-		}
-	}
+	out, id, err := ctx.Env.Service.Reservation(&call, o, &ctx.S.scratch, ctx.watcher())
 	if err != nil {
 		ctx.Conn.WriteError(err.Error())
 		return

@@ -22,9 +22,9 @@ type Relays interface {
 	Settle(member, id string, n int64) (Outcome, error)
 	Release(member, id string) (bool, error)
 	Renew(member, id string, ttl int64) (bool, error)
-	// Reserve runs RL.RESERVE args, as the client sent them, at member,
-	// waiting at most timeout; answered is false when it did not answer.
-	Reserve(member string, args [][]byte, timeout time.Duration) (out Outcome, id string, answered bool, err error)
+	// Reserve runs the reservation c with o at member, waiting at most
+	// timeout; answered is false when it did not answer.
+	Reserve(member string, c *Call, o ReserveOpts, timeout time.Duration) (out Outcome, id string, answered bool, err error)
 	TopSummary(member, kind string) (usage.Summary, error)
 }
 
@@ -55,27 +55,23 @@ func (s *Service) issuer(id string) (member string, elsewhere bool, err error) {
 // key's ranking decides meanwhile.
 const slotRelayTimeout = 3 * time.Second
 
-// ReserveWhereSlotsAre runs RL.RESERVE (args, as the client sent them:
-// the call c with o) at the member that decides the concurrency slots of
-// its key (SlotOwner), when another member does, and returns its answer:
-// its id names that member, so RL.SETTLE finds it from any node, and a
-// concurrency limit holds across the cluster. A member that does not
-// answer is marked unreachable and the next one of the key's ranking is
-// asked. relayed is false, with nothing sent, when this node decides: no
-// slot to take, this node first of the members it can reach in the key's
+// reserveWhereSlotsAre runs the reservation c with o at the member that
+// decides the concurrency slots of its key (SlotOwner), when another
+// member does, and returns its answer: its id names that member, so
+// RL.SETTLE finds it from any node. A member that does not answer is
+// marked unreachable and the next one of the key's ranking is asked.
+// relayed is false, with nothing sent, when this node decides: no slot to
+// take, this node first of the members it can reach in the key's
 // ranking. A reservation relayed here is relayed on the same way — only
 // ever to a member ranked above this one, so never in a loop.
-func (s *Service) ReserveWhereSlotsAre(c *Call, o ReserveOpts, sc *Scratch, args [][]byte) (out Outcome, id string, relayed bool, err error) {
-	if s.Relays == nil {
-		return out, "", false, nil
-	}
+func (s *Service) reserveWhereSlotsAre(c *Call, o ReserveOpts, sc *Scratch) (out Outcome, id string, relayed bool, err error) {
 	for {
 		owner, err := s.SlotOwner(c, o, sc)
-		if err != nil || owner == "" {
+		if err != nil || owner == "" || s.Relays == nil {
 			return out, "", err != nil, err
 		}
 		wait := slotRelayTimeout + time.Duration(c.WaitMs)*time.Millisecond
-		out, id, answered, err := s.Relays.Reserve(owner, args, wait)
+		out, id, answered, err := s.Relays.Reserve(owner, c, o, wait)
 		if answered {
 			return out, id, true, err
 		}

@@ -31,8 +31,26 @@ var errReserveOff = &fault.Error{Code: "ERR", Msg: "reservations are not enabled
 // the id it returns, after taking a concurrency slot if the target has a
 // limit. A call refused (by a level, or for want of a slot) holds nothing
 // and returns no id; with c's WAIT it first waits for a slot, then for
-// tokens, within the same bound.
+// tokens, within the same bound. It runs where the key's slots are
+// decided (reserveWhereSlotsAre), here or at another member, so a
+// concurrency limit holds across the cluster whichever front asks.
 func (s *Service) Reservation(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (Outcome, string, error) {
+	// A decision chosen here while another member took the key's slots
+	// over (reserve.ErrMoved) is chosen again: a few times at most, as a
+	// takeover happens once per key and member list.
+	for try := 0; ; try++ {
+		if out, id, relayed, err := s.reserveWhereSlotsAre(c, o, sc); relayed {
+			return out, id, err
+		}
+		out, id, err := s.reserveHere(c, o, sc, w)
+		if err != reserve.ErrMoved || try == 3 {
+			return out, id, err
+		}
+	}
+}
+
+// reserveHere is Reservation decided on this node.
+func (s *Service) reserveHere(c *Call, o ReserveOpts, sc *Scratch, w Watcher) (Outcome, string, error) {
 	if s.Holds == nil {
 		return Outcome{}, "", errReserveOff
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluice-rl/sluice/client/window"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
@@ -103,11 +104,12 @@ func (r *Relays) done(member, id string, args ...[]byte) (bool, error) {
 	return rep.Int == 1, nil
 }
 
-// Reserve runs RL.RESERVE (args, as the client sent them) at member, the
-// one that decides the key's concurrency slots, waiting at most timeout.
-// answered is false when member did not answer or is no member.
-func (r *Relays) Reserve(member string, args [][]byte, timeout time.Duration) (out limiter.Outcome, id string, answered bool, err error) {
-	rep, _, known, err := r.do(member, timeout, args...)
+// Reserve runs the reservation c with o at member, the one that decides
+// the key's concurrency slots, as RL.RESERVE (reserveArgs), waiting at
+// most timeout. answered is false when member did not answer or is no
+// member.
+func (r *Relays) Reserve(member string, c *limiter.Call, o limiter.ReserveOpts, timeout time.Duration) (out limiter.Outcome, id string, answered bool, err error) {
+	rep, _, known, err := r.do(member, timeout, reserveArgs(c, o)...)
 	if !known || err != nil && !isFault(err) {
 		return out, "", false, nil
 	}
@@ -121,6 +123,35 @@ func (r *Relays) Reserve(member string, args [][]byte, timeout time.Duration) (o
 		return out, "", true, err
 	}
 	return out, rep.Elems[6].Str, true, nil
+}
+
+// reserveArgs writes the reservation c with o as the RL.RESERVE a client
+// would send for it: the same key or node, subject, limits (so the same
+// buckets), concurrency, cost, TTL and WAIT, whichever front it came from.
+func reserveArgs(c *limiter.Call, o limiter.ReserveOpts) [][]byte {
+	num := func(n int64) []byte { return strconv.AppendInt(nil, n, 10) }
+	a := [][]byte{[]byte("RL.RESERVE"), c.Path}
+	if c.Subject != nil {
+		a = append(a, []byte("KEY"), c.Subject)
+	}
+	if l := c.Rate; l != nil {
+		a = append(a, []byte("RATE"), num(l.Rate), []byte("PER"), []byte(window.Format(time.Duration(l.Window))),
+			[]byte("BURST"), num(l.Burst), []byte("ALGO"), []byte(l.Algo.String()))
+	}
+	if q := c.Quota; q != nil {
+		a = append(a, []byte("QUOTA"), num(q.N), []byte("PER"), []byte(q.Period.String()), []byte("TZ"), []byte(q.Period.Zone()))
+	}
+	if o.Concurrency > 0 {
+		a = append(a, []byte("CONCURRENCY"), num(o.Concurrency))
+	}
+	a = append(a, []byte("COST"), num(c.Cost))
+	if o.TTL > 0 {
+		a = append(a, []byte("TTL"), num(o.TTL/int64(time.Millisecond)))
+	}
+	if c.HasWait {
+		a = append(a, []byte("WAIT"), num(c.WaitMs))
+	}
+	return a
 }
 
 // TopSummary asks member for its usage summary of kind (RL.TOPSUMMARY).
