@@ -15,8 +15,8 @@ import (
 // only server (the node's wiring) imports peer, which holds the one RESP
 // client the nodes dial each other with and the one parser of another
 // member's replies; the fronts reach other members only through the
-// limiter's Service (limiter.Relays, which peer implements) and
-// raftfsm's forwarding, never with an address of their own.
+// limiter's Service (Forward to the leader; limiter.Relays, which peer
+// implements, for the rest), never with an address of their own.
 func TestNodeTrafficIsPeers(t *testing.T) {
 	pkgs := list(t)
 	if _, ok := pkgs["peer"]; !ok {
@@ -48,15 +48,16 @@ func TestNodeTrafficIsPeers(t *testing.T) {
 			})
 		}
 	}
-	// The fronts' view of the cluster sends nothing to a member by
-	// address: commands.Cluster has no RelayTo.
+	// The fronts' view of the cluster sends nothing to another member:
+	// commands.Cluster has no RelayTo and no Forward (the service
+	// forwards to the leader, and runs the rest where it belongs).
 	for name, f := range parseDir(t, "commands") {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if ts, ok := n.(*ast.TypeSpec); ok && ts.Name.Name == "Cluster" {
 				if it, ok := ts.Type.(*ast.InterfaceType); ok {
 					for _, m := range it.Methods.List {
 						for _, id := range m.Names {
-							if strings.HasPrefix(id.Name, "Relay") {
+							if strings.HasPrefix(id.Name, "Relay") || id.Name == "Forward" {
 								t.Errorf("commands.Cluster (%s) has %s: a front relays through the limiter's Service", name, id.Name)
 							}
 						}

@@ -23,7 +23,6 @@ type Cluster interface {
 	// forwarded by another node, here only.
 	Write(e *raftfsm.Entry) (raftfsm.Response, error)
 	Apply(entry []byte) (raftfsm.Response, error)
-	Forward(args [][]byte) ([]byte, error)
 	Join(id, raftAddr, respAddr string, by raftfsm.JoinBy) error
 	Leave(id string) error
 	Stats() map[string]string
@@ -46,7 +45,7 @@ func (ctx *Ctx) forward(what string) bool {
 		ctx.Conn.WriteError(raftfsm.NotLeaderReply + " (the " + what + " was relayed here by a node with an older view)")
 		return true
 	}
-	raw, err := ctx.Env.Cluster.Forward(ctx.Args)
+	raw, err := ctx.Env.Service.Forward(ctx.Args)
 	if err == raftfsm.ErrLeaderHere {
 		return false
 	}

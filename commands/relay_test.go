@@ -40,7 +40,7 @@ func TestConsistentReadOnANodeThatBecameLeader(t *testing.T) {
 		t.Fatalf("SET: %s", r)
 	}
 	cl := &becomesLeader{Node: env.Cluster.(*raftfsm.Node)}
-	env.Cluster = cl
+	env.Cluster, env.Service.Cluster = cl, cl
 	c.Reset()
 	env.Exec(c, admin, [][]byte{[]byte("RL.BUDGET"), []byte("GET"), []byte("acme"), []byte("CONSISTENT")})
 	if r := reply(t, c); !strings.Contains(r, `\"rate\":7`) || cl.relays != 1 || cl.reads != 2 {

@@ -53,6 +53,9 @@ type Cluster interface {
 	ReadState(consistent bool) (*raftfsm.State, error)
 	// Write proposes an entry wherever the leader is.
 	Write(e *raftfsm.Entry) (raftfsm.Response, error)
+	// Forward relays a client command to the leader and returns its raw
+	// reply (raftfsm.Node.Forward).
+	Forward(args [][]byte) ([]byte, error)
 }
 
 // QuotaState is the cluster's committed quota counters (*raftfsm.FSM).

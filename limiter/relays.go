@@ -28,6 +28,12 @@ type Relays interface {
 	TopSummary(member, kind string) (usage.Summary, error)
 }
 
+// Forward relays a client command that only the leader serves (a
+// membership change, a CONSISTENT read, a write the RESP front sends on
+// as it came) and returns the leader's raw reply, which the front writes
+// back as it is; raftfsm.ErrLeaderHere when this node leads meanwhile.
+func (s *Service) Forward(args [][]byte) ([]byte, error) { return s.Cluster.Forward(args) }
+
 // issuer returns the member that issued reservation id, when that is
 // another member: the call then runs there. An id another node issued
 // that is not a member is NORESERVATION; without Relays the store

@@ -22,6 +22,9 @@ func (c *cluster) Write(*raftfsm.Entry) (raftfsm.Response, error) {
 	return raftfsm.Response{}, errors.New("read-only")
 }
 
+// Forward: the one replica leads.
+func (c *cluster) Forward([][]byte) ([]byte, error) { return nil, raftfsm.ErrLeaderHere }
+
 // New returns a service on a store of shards shards (0: the default),
 // whose budget tree is the export document budgets ("" for none) and whose
 // clock is now.
