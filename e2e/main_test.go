@@ -77,8 +77,15 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 
 func startWith(t *testing.T, via, env []string, args ...string) *proc {
 	t.Helper()
+	return startProgram(t, binary, via, env, args...)
+}
+
+// startProgram is startWith for another sluice binary than this tree's,
+// such as the previous release's (mixed_test.go).
+func startProgram(t *testing.T, bin string, via, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, exited: make(chan error, 1)}
-	argv := append(append(append([]string(nil), via...), binary), append(args, "--log-format", "text")...)
+	argv := append(append(append([]string(nil), via...), bin), append(args, "--log-format", "text")...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
