@@ -28,9 +28,9 @@ var layers = [][]string{
 var fronts = []string{"commands", "httpapi", "envoyrls", "console"}
 
 // libraries (internal/…) import nothing of the module, so that any layer
-// may use them; the Go client's packages (client/…, a module of its own)
+// may use them; the Go client's packages (clients/go/…, a module of its own)
 // are libraries too.
-var libraries = []string{"internal/", "client/"}
+var libraries = []string{"internal/", "clients/go/"}
 
 // Test helpers (testsupport/…) and test suites, which only tests build.
 const helpers = "testsupport"
@@ -41,10 +41,10 @@ var suites = []string{"e2e", "robust", "hostile", "deploy", "archtest"}
 // the Go client's window arithmetic (a module of its own) and the bounds
 // of a call's arguments (package bounds, which imports only that window
 // arithmetic), nothing else.
-var engineMay = []string{"client/window", "bounds"}
+var engineMay = []string{"clients/go/window", "bounds"}
 
 // boundsMay is what bounds imports of this repository: the window syntax.
-var boundsMay = []string{"client/window"}
+var boundsMay = []string{"clients/go/window"}
 
 type pkg struct {
 	ImportPath   string

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/client/window"
+	"github.com/sluice-rl/sluice/clients/go/window"
 )
 
 // Limits on a call's numbers. They keep every intermediate product of the

@@ -17,9 +17,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	sl "github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/cooperate"
-	"github.com/sluice-rl/sluice/client/httplimit"
+	sl "github.com/sluice-rl/sluice/clients/go"
+	"github.com/sluice-rl/sluice/clients/go/cooperate"
+	"github.com/sluice-rl/sluice/clients/go/httplimit"
 )
 
 // A client that follows the cooperative Transport's pacing, sending as

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	sl "github.com/sluice-rl/sluice/client"
+	sl "github.com/sluice-rl/sluice/clients/go"
 )
 
 // reserve sends RL.RESERVE and returns its seven fields.

@@ -33,7 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/client/ratehdr"
+	"github.com/sluice-rl/sluice/clients/go/ratehdr"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"

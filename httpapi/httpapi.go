@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluice-rl/sluice/bounds"
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/client/ratehdr"
+	"github.com/sluice-rl/sluice/clients/go/ratehdr"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rl/sluice/client"
+	client "github.com/sluice-rl/sluice/clients/go"
 )
 
 var bg = context.Background()

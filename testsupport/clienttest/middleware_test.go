@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/httplimit"
+	client "github.com/sluice-rl/sluice/clients/go"
+	"github.com/sluice-rl/sluice/clients/go/httplimit"
 )
 
 // limitHeaders are the headers the middleware may set.

@@ -1,4 +1,4 @@
-// Package clienttest tests the client module (packages client and
+// Package clienttest tests the Go client's module (clients/go: packages client and
 // httplimit) against an in-process sluice node; it holds tests only.
 package clienttest
 
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluice-rl/sluice/client"
+	client "github.com/sluice-rl/sluice/clients/go"
 	"github.com/sluice-rl/sluice/server"
 	"github.com/sluice-rl/sluice/testsupport/testkit"
 	"github.com/sluice-rl/sluice/testsupport/testnode"

@@ -109,8 +109,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/ratehdr"
+	client "github.com/sluice-rl/sluice/clients/go"
+	"github.com/sluice-rl/sluice/clients/go/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/client/ratehdr"
+	"github.com/sluice-rl/sluice/clients/go/ratehdr"
 )
 
 func header(kv ...string) http.Header {

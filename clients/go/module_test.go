@@ -37,17 +37,17 @@ func TestVendorsWithoutTheServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("go.mod", "module example.com/app\n\ngo 1.22\n\nrequire github.com/sluice-rl/sluice/client v0.0.0\n\n"+
-		"replace github.com/sluice-rl/sluice/client => "+src+"\n")
+	write("go.mod", "module example.com/app\n\ngo 1.22\n\nrequire github.com/sluice-rl/sluice/clients/go v0.0.0\n\n"+
+		"replace github.com/sluice-rl/sluice/clients/go => "+src+"\n")
 	write("main.go", `package main
 
 import (
 	"net/http"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/sluice-rl/sluice/client"
-	"github.com/sluice-rl/sluice/client/cooperate"
-	"github.com/sluice-rl/sluice/client/httplimit"
+	client "github.com/sluice-rl/sluice/clients/go"
+	"github.com/sluice-rl/sluice/clients/go/cooperate"
+	"github.com/sluice-rl/sluice/clients/go/httplimit"
 )
 
 func main() {
@@ -74,10 +74,10 @@ func main() {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(modules), "\n") {
-		if strings.HasPrefix(line, "github.com/sluice-rl/sluice/") && !strings.HasPrefix(line, "github.com/sluice-rl/sluice/client") {
+		if strings.HasPrefix(line, "github.com/sluice-rl/sluice/") && !strings.HasPrefix(line, "github.com/sluice-rl/sluice/clients/go") {
 			t.Errorf("vendored a server package: %s", line)
 		}
-		if strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "# github.com/sluice-rl/sluice/client ") &&
+		if strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "# github.com/sluice-rl/sluice/clients/go ") &&
 			!strings.HasPrefix(line, "# github.com/redis/go-redis/") && !strings.HasPrefix(line, "# github.com/cespare/xxhash/") &&
 			!strings.HasPrefix(line, "# github.com/dgryski/go-rendezvous ") && !strings.HasPrefix(line, "# go.uber.org/atomic ") {
 			t.Errorf("vendored a module beyond go-redis and its own: %s", line)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-rl/sluice/client/window"
+	"github.com/sluice-rl/sluice/clients/go/window"
 )
 
 // FormatWindow writes a window the way sluice reads it: the word second,

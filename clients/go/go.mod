@@ -1,4 +1,4 @@
-module github.com/sluice-rl/sluice/client
+module github.com/sluice-rl/sluice/clients/go
 
 go 1.22
 
