@@ -21,6 +21,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/sluice-rl/sluice/clients/go v0.0.0
+	github.com/sluice-rl/sluice/protocol v0.0.0
 	github.com/tidwall/redcon v1.6.2
 	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
@@ -65,4 +66,7 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
-replace github.com/sluice-rl/sluice/clients/go => ./clients/go
+replace (
+	github.com/sluice-rl/sluice/clients/go => ./clients/go
+	github.com/sluice-rl/sluice/protocol => ./protocol
+)

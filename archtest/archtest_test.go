@@ -28,9 +28,19 @@ var layers = [][]string{
 var fronts = []string{"commands", "httpapi", "envoyrls", "console"}
 
 // libraries (internal/…) import nothing of the module, so that any layer
-// may use them; the Go client's packages (clients/go/…, a module of its own)
-// are libraries too.
-var libraries = []string{"internal/", "clients/go/"}
+// may use them; so are the two modules of their own in this repository:
+// the protocol module (protocol/…: the window syntax and the rate-limit
+// headers, which the server and the SDKs write alike; the standard library
+// alone) and the Go SDK (clients/go/…), which only tests may import (sdk).
+var libraries = []string{"internal/", "protocol/", sdk}
+
+// sdk is the Go SDK, a module of its own: programs that call sluice import
+// it, and so do tests (testsupport/clienttest, e2e); no production package
+// of the server does, so that the binary never builds an SDK and what the
+// two share is protocol/'s.
+const sdk = "clients/go"
+
+func isSDK(p string) bool { return p == sdk || strings.HasPrefix(p, sdk+"/") }
 
 // Test helpers (testsupport/…) and test suites, which only tests build.
 const helpers = "testsupport"
@@ -38,13 +48,13 @@ const helpers = "testsupport"
 var suites = []string{"e2e", "robust", "hostile", "deploy", "archtest"}
 
 // engineMay lists what engine, at the bottom, imports of this repository:
-// the Go client's window arithmetic (a module of its own) and the bounds
-// of a call's arguments (package bounds, which imports only that window
-// arithmetic), nothing else.
-var engineMay = []string{"clients/go/window", "bounds"}
+// the window syntax (protocol/window, in the protocol module) and the
+// bounds of a call's arguments (package bounds, which imports only that
+// window syntax), nothing else.
+var engineMay = []string{"protocol/window", "bounds"}
 
 // boundsMay is what bounds imports of this repository: the window syntax.
-var boundsMay = []string{"clients/go/window"}
+var boundsMay = []string{"protocol/window"}
 
 type pkg struct {
 	ImportPath   string
@@ -162,6 +172,8 @@ func checkProduction(t *testing.T, p string, imports []string) {
 		switch {
 		case isTestOnly(q):
 			t.Errorf("%s imports %s: production packages never import test helpers or suites", p, q)
+		case isSDK(q):
+			t.Errorf("%s imports %s: production packages never import the Go SDK (only tests do); take what the server shares with it from protocol/", p, q)
 		case p == "engine" && !slices.Contains(engineMay, q):
 			t.Errorf("engine imports %s: engine, at the bottom, imports nothing of the module", q)
 		case p == "bounds" && !slices.Contains(boundsMay, q):

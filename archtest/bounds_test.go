@@ -30,7 +30,7 @@ var boundsWrittenElsewhere = []struct{ file, line, why string }{
 // it), save the lines listed above with their reasons.
 func TestBoundsAreWrittenOnce(t *testing.T) {
 	for p := range list(t) {
-		if p == "bounds" || isTestOnly(p) || strings.HasPrefix(p, "clients/go/") {
+		if p == "bounds" || isTestOnly(p) || isSDK(p) {
 			continue
 		}
 		dir := "../" + p

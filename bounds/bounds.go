@@ -11,7 +11,7 @@
 // framing (RESP's "ERR ", a problem's detail, a rule file's file:line).
 //
 // The package imports nothing of the module but the window syntax
-// (client/window), so that the engine, at the bottom, takes its bounds
+// (protocol/window), so that the engine, at the bottom, takes its bounds
 // from here too.
 package bounds
 
@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-rl/sluice/clients/go/window"
+	"github.com/sluice-rl/sluice/protocol/window"
 )
 
 // Limits on a call's numbers. They keep every intermediate product of the

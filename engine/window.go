@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/sluice-rl/sluice/clients/go/window"
+	"github.com/sluice-rl/sluice/protocol/window"
 )
 
 // ParseWindow parses a limit's window (window.Parse): a word such as

@@ -33,10 +33,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/budget"
-	"github.com/sluice-rl/sluice/clients/go/ratehdr"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/protocol/ratehdr"
 	"github.com/sluice-rl/sluice/quota"
 )
 

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluice-rl/sluice/clients/go/window"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
 	"github.com/sluice-rl/sluice/limiter"
+	"github.com/sluice-rl/sluice/protocol/window"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/usage"
 )

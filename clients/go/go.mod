@@ -2,10 +2,15 @@ module github.com/sluice-rl/sluice/clients/go
 
 go 1.22
 
-require github.com/redis/go-redis/v9 v9.18.0
+require (
+	github.com/redis/go-redis/v9 v9.18.0
+	github.com/sluice-rl/sluice/protocol v0.0.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 )
+
+replace github.com/sluice-rl/sluice/protocol => ../../protocol

@@ -9,8 +9,9 @@ import (
 )
 
 // A module of its own that requires the client module through a replace
-// vendors it with go-redis and nothing of the server, and builds with
-// -mod=vendor; offline, from the module cache this test's build used.
+// vendors it with go-redis, the protocol module (standard library only)
+// and nothing of the server, and builds with -mod=vendor; offline, from
+// the module cache this test's build used.
 func TestVendorsWithoutTheServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the go command")
@@ -37,8 +38,12 @@ func TestVendorsWithoutTheServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The protocol module (window syntax, rate-limit headers) is the
+	// client's one dependency in this repository; the app replaces it too,
+	// as docs/clients.md says.
 	write("go.mod", "module example.com/app\n\ngo 1.22\n\nrequire github.com/sluice-rl/sluice/clients/go v0.0.0\n\n"+
-		"replace github.com/sluice-rl/sluice/clients/go => "+src+"\n")
+		"replace github.com/sluice-rl/sluice/clients/go => "+src+"\n\n"+
+		"replace github.com/sluice-rl/sluice/protocol => "+filepath.Join(src, "..", "..", "protocol")+"\n")
 	write("main.go", `package main
 
 import (
@@ -74,13 +79,15 @@ func main() {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(modules), "\n") {
-		if strings.HasPrefix(line, "github.com/sluice-rl/sluice/") && !strings.HasPrefix(line, "github.com/sluice-rl/sluice/clients/go") {
+		if strings.HasPrefix(line, "github.com/sluice-rl/sluice/") && !strings.HasPrefix(line, "github.com/sluice-rl/sluice/clients/go") &&
+			!strings.HasPrefix(line, "github.com/sluice-rl/sluice/protocol/") {
 			t.Errorf("vendored a server package: %s", line)
 		}
 		if strings.HasPrefix(line, "# ") && !strings.HasPrefix(line, "# github.com/sluice-rl/sluice/clients/go ") &&
+			!strings.HasPrefix(line, "# github.com/sluice-rl/sluice/protocol ") &&
 			!strings.HasPrefix(line, "# github.com/redis/go-redis/") && !strings.HasPrefix(line, "# github.com/cespare/xxhash/") &&
 			!strings.HasPrefix(line, "# github.com/dgryski/go-rendezvous ") && !strings.HasPrefix(line, "# go.uber.org/atomic ") {
-			t.Errorf("vendored a module beyond go-redis and its own: %s", line)
+			t.Errorf("vendored a module beyond go-redis, the protocol module and the client's own: %s", line)
 		}
 	}
 	if gomod, _ := os.ReadFile(filepath.Join(dir, "go.mod")); !strings.Contains(string(gomod), "\ngo 1.22\n") {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluice-rl/sluice/clients/go/window"
+	"github.com/sluice-rl/sluice/protocol/window"
 )
 
 // FormatWindow writes a window the way sluice reads it: the word second,

@@ -79,7 +79,7 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/sirupsen/logrus v1.10.1 // indirect
-	github.com/sluice-rl/sluice/clients/go v0.0.0 // indirect
+	github.com/sluice-rl/sluice/protocol v0.0.0 // indirect
 	github.com/spf13/cast v1.7.0 // indirect
 	github.com/tidwall/btree v1.1.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
@@ -116,4 +116,5 @@ require (
 replace (
 	github.com/sluice-rl/sluice => ../..
 	github.com/sluice-rl/sluice/clients/go => ../../clients/go
+	github.com/sluice-rl/sluice/protocol => ../../protocol
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/clients/go/ratehdr"
+	"github.com/sluice-rl/sluice/protocol/ratehdr"
 )
 
 func header(kv ...string) http.Header {

@@ -110,7 +110,7 @@ import (
 	"time"
 
 	client "github.com/sluice-rl/sluice/clients/go"
-	"github.com/sluice-rl/sluice/clients/go/ratehdr"
+	"github.com/sluice-rl/sluice/protocol/ratehdr"
 )
 
 // Option configures the middleware; pass options to New.

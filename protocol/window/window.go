@@ -1,7 +1,8 @@
 // Package window reads and writes the windows of sluice's limits (PER 250ms,
 // 1h30m, day): the one syntax the server parses and the client sends. It
-// depends on the standard library alone, so that the server (package
-// engine) and the client module share it.
+// lives in the protocol module (protocol/, the standard library alone),
+// not in an SDK, so that the server (packages engine, bounds, peer) and
+// the Go client (clients/go) share it without either importing the other.
 package window
 
 import (

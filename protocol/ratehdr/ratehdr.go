@@ -1,8 +1,10 @@
 // Package ratehdr writes the rate-limit headers of a limiting reply
 // (docs/clients.md, "Headers") for every front that carries them: package
 // httplimit's middleware, the server's HTTP API and Envoy's
-// response_headers_to_add. It depends on the standard library alone, so
-// that the server and the client module share one definition.
+// response_headers_to_add. It lives in the protocol module (protocol/, the
+// standard library alone), not in an SDK, so that the server and the Go
+// client (clients/go) share one definition without either importing the
+// other.
 package ratehdr
 
 import (

@@ -1,0 +1,3 @@
+module github.com/sluice-rl/sluice/protocol
+
+go 1.22
