@@ -23,7 +23,11 @@ FROM golang:1.26-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0
 # Modules first, in their own layer: rebuilt only when go.mod or go.sum change.
+# go.mod replaces the Go client's module and the protocol module with their
+# folders (clients/go, protocol): go mod download reads their go.mod files.
 COPY go.mod go.sum ./
+COPY clients/go/go.mod clients/go/go.sum ./clients/go/
+COPY protocol/go.mod ./protocol/
 RUN go mod download && go mod verify
 COPY . .
 # VERSION, if given (--build-arg VERSION=1.2.3), is what `sluice version`,
