@@ -199,6 +199,22 @@ func (s *Store) PeekAmong(now int64, reqs []Request, among uint32) (r Result, ok
 // tried, and when it is busy the locks above it are let go and taken again
 // in ascending order, so concurrent calls cannot deadlock.
 func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool) Result {
+	return s.acquireAll(now, reqs, maxWait, dryRun, nil)
+}
+
+// AcquireEach is AcquireAll that also says, in each[i] (each holds at
+// least len(reqs)), what request i said within that one decision: its own
+// Allowed at its cost, RetryAfter (−1 never) and Reserve when it refused,
+// and its figures as the call left it — after its charge when the call was
+// admitted and stored, else untouched (as a look of cost zero would find
+// it: nothing was taken). Level is i. A caller that answers for several
+// parts of one call describes each from its own requests, with no second
+// look at the buckets.
+func (s *Store) AcquireEach(now int64, reqs []Request, maxWait int64, dryRun bool, each []Result) Result {
+	return s.acquireAll(now, reqs, maxWait, dryRun, each[:len(reqs)])
+}
+
+func (s *Store) acquireAll(now int64, reqs []Request, maxWait int64, dryRun bool, each []Result) Result {
 	n := len(reqs)
 	if n == 0 || n > MaxLevels {
 		panic("engine: AcquireAll needs 1 to MaxLevels requests")
@@ -214,6 +230,9 @@ func (s *Store) AcquireAll(now int64, reqs []Request, maxWait int64, dryRun bool
 	res := combine(lvs[:n], reqs)
 	if res.Allowed && !dryRun {
 		res = s.roomForNew(lvs[:n], reqs, now, res)
+	}
+	if each != nil {
+		s.describeEach(lvs[:n], reqs, now, res.Allowed && !dryRun, each)
 	}
 	// Commit shard by shard, widest level first, and let each shard go as
 	// soon as its levels are done.
@@ -245,6 +264,34 @@ func (s *Store) lockAndEval(lvs []level, reqs []Request, held *heldShards, now, 
 			}
 		}
 		s.eval(&lvs[i], &reqs[i], now, maxWait, dry)
+	}
+}
+
+// describeEach fills each[i] with what level i said (its shard still
+// held): charged says the call's new states are about to be stored, so an
+// admitting level is described after its charge; otherwise an admitting
+// level is looked at again with cost zero, as it stands.
+func (s *Store) describeEach(lvs []level, reqs []Request, now int64, charged bool, each []Result) {
+	for i := range lvs {
+		o := &lvs[i].out
+		r := Result{Allowed: o.ok, Remaining: o.remaining, Limit: reqs[i].Limit.Burst, ResetAfter: o.reset, Level: i}
+		switch {
+		case !o.ok:
+			r.RetryAfter, r.Reserve = o.retry, o.reserve
+			if o.never {
+				r.RetryAfter = -1
+			}
+		case charged:
+			r.Wait = o.wait
+		default:
+			// Nothing is taken: the level as a look of cost zero finds it,
+			// on a copy (a dry evaluation changes nothing in the shard).
+			look, peek := lvs[i], reqs[i]
+			peek.Cost = 0
+			s.eval(&look, &peek, now, 0, true)
+			r.Remaining, r.ResetAfter = look.out.remaining, look.out.reset
+		}
+		each[i] = r
 	}
 }
 
