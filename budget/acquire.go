@@ -39,6 +39,12 @@ type Call struct {
 	// the same bucket charge it once with their costs added. Parts of the
 	// parts are ignored.
 	With []Call
+	// EachPart asks Acquire to describe every part of the call (itself
+	// and each of With) on its own, from the one decision, in the
+	// caller's Scratch (Scratch.Parts): a front that answers per part
+	// (Envoy's descriptor statuses) then looks at no bucket again. Such a
+	// call takes no WAIT, as a call with parts.
+	EachPart bool
 }
 
 // Inline reports whether the call carries its own limits.
@@ -113,7 +119,26 @@ type Scratch struct {
 	// name, which the call's limited_by may point into.
 	held, slot []byte
 	ch         charges
+	// each and parts hold what the last Acquire of a call with EachPart
+	// decided: each request's word (engine.Store.AcquireEach) and, from
+	// it, each part's outcome (Parts).
+	each  [engine.MaxLevels]engine.Result
+	parts []Outcome
 }
+
+// Parts returns what the last Acquire through sc decided for each part of
+// its call, when the call asked (Call.EachPart): [0] the call itself, [i]
+// its With[i-1]; empty otherwise, or when it failed. Each is described as a
+// call of that part alone would be, from the requests it shares in the
+// one decision (no second look at the buckets): Allowed (1 its levels
+// admit it at the cost charged to them — a bucket two parts share is
+// decided at their costs added —, 2 only degrade levels refuse it, 0 one
+// refuses), Result (its tightest level, as the call left it: after the
+// charge when the call was admitted and stored, untouched otherwise; a
+// refusing part's level that holds it back longest, with RetryAfter),
+// Unlimited, Cost, Label, Node and Levels; LimitedBy is not set. The slice
+// is the scratch's: valid until its next call.
+func (sc *Scratch) Parts() []Outcome { return sc.parts }
 
 // keys are the keys built for one part of a call.
 type keys struct {
@@ -126,6 +151,9 @@ type keys struct {
 // reqs[i], quota[i] whether it is that level's quota counter, and part[i]
 // the part of the call it comes from (0 the call, i its With[i-1]).
 // plans[p] is part p's plan, nil for an inline part; plan is part 0's.
+// seq lists, part after part in their own order, the requests each part
+// charges (one another part added first included): part p's are
+// seq[ends[p-1]:ends[p]]; costs[p] is its cost.
 type charges struct {
 	reqs  [engine.MaxLevels]engine.Request
 	from  [engine.MaxLevels]uint8
@@ -134,6 +162,10 @@ type charges struct {
 	n     int
 	plan  *Plan
 	plans [engine.MaxLevels]*Plan
+	seq   [MaxParts * engine.MaxLevels]uint8
+	ns    int
+	ends  [MaxParts]int
+	costs [MaxParts]int64
 }
 
 // planOf returns the plan request i comes from, nil for an inline part.
@@ -172,11 +204,12 @@ func NoBudget(path []byte) error {
 // with the period holding now; for the inline form the call's bucket and
 // quota counter. The parts of c.With follow, each at its own cost.
 func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) error {
-	ch.n = 0
+	ch.n, ch.ns = 0, 0
 	if err := t.chargePart(now, c, &sc.keys, ch, cost, 0); err != nil {
 		return err
 	}
 	ch.plan = ch.plans[0]
+	ch.ends[0], ch.costs[0] = ch.ns, cost
 	if len(c.With) == 0 {
 		return nil
 	}
@@ -199,6 +232,7 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 		if err := t.chargePart(now, p, &sc.more[i], ch, pc, uint8(i+1)); err != nil {
 			return err
 		}
+		ch.ends[i+1], ch.costs[i+1] = ch.ns, pc
 	}
 	return nil
 }
@@ -209,16 +243,23 @@ func (ch *charges) add(r engine.Request, from uint8, isQuota bool, part uint8) e
 	if part > 0 {
 		for i := 0; i < ch.n; i++ {
 			if q := &ch.reqs[i]; q.Space == r.Space && string(q.Key) == string(r.Key) {
+				if ch.ns == len(ch.seq) {
+					return errTooManyLevels
+				}
 				q.Cost += r.Cost
+				ch.seq[ch.ns] = uint8(i)
+				ch.ns++
 				return nil
 			}
 		}
 	}
-	if ch.n == engine.MaxLevels {
+	if ch.n == engine.MaxLevels || ch.ns == len(ch.seq) {
 		return errTooManyLevels
 	}
 	ch.reqs[ch.n], ch.from[ch.n], ch.quota[ch.n], ch.part[ch.n] = r, from, isQuota, part
+	ch.seq[ch.ns] = uint8(ch.n)
 	ch.n++
+	ch.ns++
 	return nil
 }
 
@@ -390,7 +431,8 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if c.HasCost {
 		cost = c.Cost
 	}
-	if len(c.With) > 0 && wait > 0 {
+	sc.parts = sc.parts[:0]
+	if (len(c.With) > 0 || c.EachPart) && wait > 0 {
 		return Outcome{}, errWaitParts
 	}
 	if err := t.charge(now, c, sc, ch, cost); err != nil {
@@ -405,19 +447,31 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		}
 	}
 	out.Cost, out.Levels = cost, n
+	parts := c.EachPart
 	if n == 0 {
 		out.Allowed, out.Unlimited, out.LimitedBy = 1, true, c.Path
 		out.Result = engine.Result{Allowed: true, Remaining: -1, Limit: -1}
+		if parts {
+			sc.describeParts(len(c.With) + 1)
+		}
 		return out, nil
 	}
 	var r engine.Result
-	if n == 1 {
+	switch {
+	case parts:
+		// Each part is described from this one decision (Parts).
+		r = s.AcquireEach(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun, sc.each[:])
+	case n == 1:
 		r = s.Acquire(now, ch.reqs[0], wait*int64(time.Millisecond), c.DryRun)
-	} else {
+	default:
 		r = s.AcquireAll(now, ch.reqs[:n], wait*int64(time.Millisecond), c.DryRun)
 	}
 	if r.Allowed && n > 1 && ch.perCall(r.Level) {
-		r = ch.describeCost(s, now, r)
+		if parts {
+			ch.costTightest(allRequests[:n], &sc.each, &r) // what the decision saw
+		} else {
+			r = ch.describeCost(s, now, r)
+		}
 	}
 	if r.Refused && ch.plan != nil {
 		// An inline call (and CL.THROTTLE) is denied with the retry
@@ -425,14 +479,111 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 		return Outcome{}, ErrBucketsFull
 	}
 	out.Result, out.LimitedBy = r, ch.limitedBy(r.Level, sc)
-	switch {
-	case r.Allowed:
-		out.Allowed = 1
-	case ch.planOf(r.Level) != nil && ch.planOf(r.Level).Levels[ch.from[r.Level]].Node.Config.Strategy == Degrade:
-		out.Allowed = 2
+	out.Allowed = ch.allowed(&r)
+	if parts {
+		sc.describeParts(len(c.With) + 1)
 	}
 	return out, nil
 }
+
+// allowed is Outcome.Allowed for r, a decision reported at one of ch's
+// requests: 1 admitted, 2 refused by a level whose strategy is degrade.
+func (ch *charges) allowed(r *engine.Result) int {
+	switch {
+	case r.Allowed:
+		return 1
+	case ch.planOf(r.Level) != nil && ch.planOf(r.Level).Levels[ch.from[r.Level]].Node.Config.Strategy == Degrade:
+		return 2
+	}
+	return 0
+}
+
+// describeParts sets sc.parts to the outcomes of the call's k parts, each
+// from the words of its own requests in sc.each (Parts).
+func (sc *Scratch) describeParts(k int) {
+	for len(sc.parts) < k {
+		sc.parts = append(sc.parts, Outcome{})
+	}
+	sc.parts = sc.parts[:k]
+	ch := &sc.ch
+	for p := range sc.parts {
+		sc.parts[p] = ch.describePart(p, &sc.each)
+	}
+}
+
+// describePart answers for part p as a call of its requests alone would
+// be answered (Tree.Acquire, engine's combine): a request that can never
+// admit, else the refusing one that holds it back longest, else the one
+// with the fewest tokens left (the last of equals) — a node's requests
+// giving way to the levels that count cost (describeCost).
+func (ch *charges) describePart(p int, each *[engine.MaxLevels]engine.Result) Outcome {
+	from := 0
+	if p > 0 {
+		from = ch.ends[p-1]
+	}
+	seq := ch.seq[from:ch.ends[p]]
+	out := Outcome{Cost: ch.costs[p], Levels: len(seq)}
+	if plan := ch.plans[p]; plan != nil {
+		out.Label, out.Node = plan.Config.label, plan.Config
+	}
+	if len(seq) == 0 {
+		out.Allowed, out.Unlimited = 1, true
+		out.Result = engine.Result{Allowed: true, Remaining: -1, Limit: -1}
+		return out
+	}
+	pick := -1
+	for _, i := range seq {
+		if e := &each[i]; !e.Allowed && e.RetryAfter < 0 {
+			pick = int(i)
+			break
+		}
+	}
+	if pick < 0 {
+		for _, i := range seq {
+			if e := &each[i]; !e.Allowed && (pick < 0 || e.RetryAfter > each[pick].RetryAfter) {
+				pick = int(i)
+			}
+		}
+	}
+	if pick < 0 {
+		pick = int(seq[0])
+		for _, i := range seq[1:] {
+			if each[i].Remaining <= each[pick].Remaining {
+				pick = int(i)
+			}
+		}
+	}
+	out.Result = each[pick]
+	if out.Result.Allowed && len(seq) > 1 && ch.perCall(pick) {
+		ch.costTightest(seq, each, &out.Result)
+	}
+	out.Allowed = ch.allowed(&out.Result)
+	return out
+}
+
+// costTightest describes r, admitted, by the tightest of the requests seq
+// (their words in each) that counts cost rather than calls, as
+// describeCost does with a look; with none, r stays.
+func (ch *charges) costTightest(seq []uint8, each *[engine.MaxLevels]engine.Result, r *engine.Result) {
+	tight := -1
+	for _, i := range seq {
+		if !ch.perCall(int(i)) && (tight < 0 || each[i].Remaining <= each[tight].Remaining) {
+			tight = int(i)
+		}
+	}
+	if tight >= 0 {
+		d := &each[tight]
+		r.Remaining, r.Limit, r.ResetAfter, r.Level = d.Remaining, d.Limit, d.ResetAfter, tight
+	}
+}
+
+// allRequests lists the indexes of a call's requests, in order.
+var allRequests = func() (a [engine.MaxLevels]uint8) {
+	for i := range a {
+		a[i] = uint8(i)
+	}
+	return a
+}()
 
 // Waits reports whether c may wait for tokens: its WAIT, or without one
 // its node's queue strategy. Such calls are decided on this node's own
