@@ -15,13 +15,14 @@ run: build
 	./$(BIN) --data-dir ./sluice-data
 
 # Every test with the race detector, plus gofmt and go vet, in the main
-# module and in the Go client's module (clients/go, a module of its own); the
+# module, in the Go client's module (clients/go, a module of its own) and in
+# the protocol module it shares with the server (protocol/); the
 # Helm chart's test module (deploy/charttest, which keeps Helm's and
 # Kubernetes' libraries out of the main module; it renders templates and
 # starts no goroutines of its own, so it runs without the race detector);
 # the client's timing bound and the Envoy handler's allocation count
 # without the race detector, which would slow the one and, dropping pooled
-# buffers at random, skew the other. The Go client's module, the chart module
+# buffers at random, skew the other. The Go client's and protocol modules, the chart module
 # and the robustness suite run beside the main module's packages (their
 # output after them). The robustness suite mostly waits out faults that
 # outlast every timeout; its nodes keep their data in /dev/shm (see
@@ -36,13 +37,14 @@ test: vet
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@logs=$$(mktemp -d); pids=""; \
 	trap 'kill $$pids 2>/dev/null; rm -rf $$logs' INT TERM; \
-	echo "beside the packages below (output after them): the robustness suite (-race); the Go client's module clients/go (-race); deploy/charttest"; \
+	echo "beside the packages below (output after them): the robustness suite (-race); the Go client's module clients/go (-race); protocol (-race); deploy/charttest"; \
 	$(ROBUST_NICE) $(GO) test -race -count=1 -timeout 30m ./robust >$$logs/robust 2>&1 & pids="$$pids $$!"; \
 	(cd clients/go && $(GO) test -race -count=1 -timeout 10m ./...) >$$logs/client 2>&1 & pids="$$pids $$!"; \
+	(cd protocol && $(GO) test -race -count=1 -timeout 10m ./...) >$$logs/protocol 2>&1 & pids="$$pids $$!"; \
 	(cd deploy/charttest && $(GO) test -count=1 -timeout 10m ./...) >$$logs/charttest 2>&1 & pids="$$pids $$!"; \
 	$(GO) test -race -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v -e /hostile$$ -e /robust$$); rc=$$?; \
 	for p in $$pids; do wait $$p || rc=1; done; \
-	for f in robust client charttest; do echo "== $$f"; cat $$logs/$$f; done; rm -rf $$logs; \
+	for f in robust client protocol charttest; do echo "== $$f"; cat $$logs/$$f; done; rm -rf $$logs; \
 	exit $$rc
 	$(GO) test -count=1 -run '^TestFailurePolicyWithoutSluice$$' ./e2e
 	$(GO) test -count=1 -run '^TestShouldRateLimitAllocations$$' ./envoyrls
@@ -57,11 +59,13 @@ test-docs:
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 	cd clients/go && $(GO) test -short -count=1 ./...
+	cd protocol && $(GO) test -short -count=1 ./...
 	cd deploy/charttest && $(GO) test -short -count=1 ./...
 
 vet:
 	$(GO) vet $(PKGS)
 	cd clients/go && $(GO) vet ./...
+	cd protocol && $(GO) vet ./...
 	cd deploy/charttest && $(GO) vet ./...
 
 fmt:
