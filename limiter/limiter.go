@@ -44,6 +44,15 @@ type Scratch struct {
 	usage    usage.Local // the console's memo of this caller's budget node
 }
 
+// Parts returns what the last successful Acquire through sc decided for
+// each part of a call that asked (Call.EachPart): [0] the call itself, [i]
+// its With[i-1] (Call.With), each described as a call of that part alone
+// would be, from the one decision that admitted or refused them all
+// (budget.Scratch.Parts); empty for a call that did not ask. The slice
+// is sc's, valid until its next call: a front describes every part from
+// it, with no Peek per part.
+func (sc *Scratch) Parts() []Outcome { return sc.b.Parts() }
+
 // Cluster is the replicated state a service reads and writes; a
 // *raftfsm.Node wrapped by the server implements it.
 type Cluster interface {
