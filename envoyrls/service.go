@@ -268,18 +268,29 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 	}
 	var out limiter.Outcome
 	admitted := !denied
-	if len(w.group) > 0 && !denied {
+	single := len(w.group) == 1 && !denied
+	if len(w.group) > 0 {
 		call := w.group[0]
 		call.With = w.group[1:]
 		call.HasWait = true
+		// Several descriptors are each described from this one decision
+		// (Parts), not looked at again; a request a requests_per_unit 0
+		// denies charges nothing, and its group is decided as a dry run
+		// to describe them.
+		call.EachPart = !single
+		call.DryRun = denied
 		var err error
 		if out, err = s.svc.Acquire(&call, &w.sc, nil); err != nil {
 			return nil, grpcError(err)
 		}
-		admitted = out.Allowed != 0
+		if !denied {
+			admitted = out.Allowed != 0
+		}
+		if !single {
+			s.describeGroup(w, admitted)
+		}
 	}
 	// Each descriptor's status.
-	single := len(w.group) == 1 && !denied
 	for i := range w.parts {
 		p := &w.parts[i]
 		switch p.kind {
@@ -307,6 +318,8 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 		var o limiter.Outcome
 		var err error
 		switch {
+		case p.kind == limited && !single:
+			continue // described from the group's decision (describeGroup)
 		case p.kind == shadow && admitted:
 			one := p.call
 			one.HasWait = true
@@ -315,13 +328,10 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 			}
 		case single:
 			o = out
-		case admitted:
-			one := p.call
-			one.Cost, one.HasCost = 0, true
-			o, err = s.svc.Peek(&one, &w.sc)
 		default:
-			// Refused: the descriptors that would refuse on their own say
-			// OVER_LIMIT; the others report their tokens, untouched.
+			// A shadow descriptor of a refused request, outside its call:
+			// OVER_LIMIT if it would refuse on its own, else its tokens,
+			// untouched.
 			if o, err = s.svc.Peek(&p.call, &w.sc); err == nil && o.Allowed != 0 {
 				one := p.call
 				one.Cost, one.HasCost = 0, true
@@ -339,6 +349,28 @@ func (s *Server) chargeTogether(req *rlsv3.RateLimitRequest, w *work) (*rlsv3.Ra
 		}
 	}
 	return s.respond(req, w, admitted, denied, &out), nil
+}
+
+// describeGroup describes each limited descriptor of a request of several
+// (or one a requests_per_unit 0 denies) from what the group's one Acquire
+// decided for it (Scratch.Parts, in the order of w.group): admitted, as
+// the charge left its levels; refused, OVER_LIMIT where its own levels
+// refused it, else its tokens, untouched.
+func (s *Server) describeGroup(w *work, admitted bool) {
+	parts := w.sc.Parts()
+	g := 0
+	for i := range w.parts {
+		p := &w.parts[i]
+		if p.kind != limited || p.deny {
+			continue
+		}
+		o := &parts[g]
+		g++
+		if !admitted && o.Allowed != 0 {
+			o.Allowed = 1
+		}
+		p.describe(o)
+	}
 }
 
 // refund gives back the tokens of an is_negative_hits descriptor.
