@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"github.com/sluice-rl/sluice/access"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/reserve"
 	"github.com/sluice-rl/sluice/usage"
@@ -49,7 +50,8 @@ func testEnv(t testing.TB) *Env {
 		Cluster:  node,
 	}
 	env.Service = &limiter.Service{Store: store, Cluster: node, Quotas: node.FSM(), Clock: env.Clock, Shutdown: done,
-		Waiting: env.Metrics.AddWaiting, Counted: env.Metrics.Count, Recorder: usage.NewRecorder(), Holds: reserve.New("n0", 100, 0)}
+		Waiting: env.Metrics.AddWaiting, Counted: env.Metrics.Count, Recorder: usage.NewRecorder(), Holds: reserve.New("n0", 100, 0),
+		Keys: keyspace.New(keyspace.Options{MaxKeys: 10000, MaxBytes: 1 << 20})}
 	return env
 }
 

@@ -2,9 +2,11 @@ package commands
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
 
@@ -54,11 +56,15 @@ func (ctx *Ctx) committed() committedQuotas {
 // counters in place of the store's quota entries.
 func (ctx *Ctx) keyCount() int {
 	st := ctx.Env.Service.Store
+	data := 0
+	if k := ctx.Env.Service.Keys; k != nil {
+		data = k.Len() // this node's keys of the data commands
+	}
 	q := ctx.committed()
 	if q == nil {
-		return st.Len()
+		return st.Len() + data
 	}
-	return max(st.Len()-st.QuotaLen(), 0) + q.QuotaCounters()
+	return max(st.Len()-st.QuotaLen(), 0) + q.QuotaCounters() + data
 }
 
 // scanQuotaPhase marks a SCAN cursor that has gone through the store and
@@ -114,6 +120,10 @@ func (ctx *Ctx) lookupKey(name []byte) (algo engine.Algo, idle int64, ok bool) {
 }
 
 func typeCmd(ctx *Ctx) {
+	if ki, ok := ctx.dataKey(ctx.Args[1]); ok {
+		ctx.Conn.WriteString(ki.Type.Name())
+		return
+	}
 	if algo, _, ok := ctx.lookupKey(ctx.Args[1]); ok {
 		ctx.Conn.WriteString(algo.String())
 		return
@@ -121,7 +131,25 @@ func typeCmd(ctx *Ctx) {
 	ctx.Conn.WriteString("none")
 }
 
+// dataKey returns what the keyspace holds under name, where it lives.
+func (ctx *Ctx) dataKey(name []byte) (keyspace.KeyInfo, bool) {
+	return ctx.Env.Service.DataInfo(ctx.Now(), name, strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix))
+}
+
 func ttlCmd(ctx *Ctx) {
+	if ki, ok := ctx.dataKey(ctx.Args[1]); ok {
+		// A key of the data commands answers as in Redis: -1 without an
+		// expiry, seconds rounded to the nearest.
+		switch {
+		case ki.TTLMs < 0:
+			ctx.Conn.WriteInt(-1)
+		case ctx.Cmd.Name == "TTL":
+			ctx.Conn.WriteInt64((ki.TTLMs + 500) / 1000)
+		default:
+			ctx.Conn.WriteInt64(ki.TTLMs)
+		}
+		return
+	}
 	_, idle, ok := ctx.lookupKey(ctx.Args[1])
 	if !ok {
 		ctx.Conn.WriteInt(-2)

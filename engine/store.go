@@ -114,6 +114,10 @@ const (
 	// SpaceQuota holds calendar quota counters, keyed like the buckets
 	// they go with.
 	SpaceQuota
+	// SpaceData holds no bucket: it places the keys of the data commands
+	// (package keyspace) among the members (Owner), apart from buckets
+	// of the same name.
+	SpaceData
 )
 
 type hashed struct {

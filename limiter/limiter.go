@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/reserve"
@@ -119,6 +120,8 @@ type Service struct {
 	// Relays runs at the member it belongs to what another member holds
 	// (relays.go); nil: this node holds everything.
 	Relays Relays
+	// Keys holds the data commands' values (data.go); nil: none.
+	Keys *keyspace.Store
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 

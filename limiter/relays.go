@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/reserve"
 	"github.com/sluice-rl/sluice/usage"
 )
@@ -26,6 +27,9 @@ type Relays interface {
 	// timeout; answered is false when it did not answer.
 	Reserve(member string, c *Call, o ReserveOpts, timeout time.Duration) (out Outcome, id string, answered bool, err error)
 	TopSummary(member, kind string) (usage.Summary, error)
+	// Data runs a data command at member, the owner of its keys, and
+	// returns its answer (an error reply when member does not answer).
+	Data(member string, args [][]byte) keyspace.Reply
 }
 
 // Forward relays a client command that only the leader serves (a

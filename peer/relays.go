@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/protocol/window"
 	"github.com/sluice-rl/sluice/raftfsm"
@@ -168,6 +169,48 @@ func (r *Relays) TopSummary(member, kind string) (usage.Summary, error) {
 		return sum, errUnexpected(rep)
 	}
 	return sum, json.Unmarshal([]byte(rep.Str), &sum)
+}
+
+// Data runs a data command at member, the owner of its keys, and returns
+// its answer as the keyspace writes it.
+func (r *Relays) Data(member string, args [][]byte) keyspace.Reply {
+	rep, addr, known, err := r.do(member, 0, args...)
+	if !known || err != nil && !isFault(err) {
+		return keyspace.Errf("TRYAGAIN the node that keeps this key, '" + fault.Printable([]byte(member)) + "' (" + addr + "), did not answer")
+	}
+	if err != nil {
+		return keyspace.Errf(err.Error())
+	}
+	out := dataReply(rep)
+	if sp := keyspace.Lookup(args[0]); sp != nil && sp.ReplyMap && out.Kind == keyspace.Array {
+		out.Kind = keyspace.Map
+	}
+	return out
+}
+
+// dataReply converts a member's reply to the keyspace's.
+func dataReply(rep Reply) keyspace.Reply {
+	switch rep.Kind {
+	case '+':
+		return keyspace.Reply{Kind: keyspace.Status, Str: rep.Str}
+	case '-':
+		return keyspace.Errf(rep.Str)
+	case ':':
+		return keyspace.IntReply(rep.Int)
+	case '$':
+		if rep.Null {
+			return keyspace.NilReply
+		}
+		return keyspace.BulkString(rep.Str)
+	}
+	if rep.Null {
+		return keyspace.NilReply
+	}
+	out := keyspace.Reply{Kind: keyspace.Array, Elems: make([]keyspace.Reply, len(rep.Elems))}
+	for i, e := range rep.Elems {
+		out.Elems[i] = dataReply(e)
+	}
+	return out
 }
 
 func isFault(err error) bool { _, ok := err.(*fault.Error); return ok }

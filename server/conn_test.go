@@ -41,7 +41,7 @@ func TestConnectionCommands(t *testing.T) {
 		{cmd("AUTH", "pw"), "-ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"},
 		{cmd("NOSUCH", "a", "b"), "-ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' "},
 		{cmd("DBSIZE", "x"), "-ERR wrong number of arguments for 'dbsize' command"},
-		{cmd("CONFIG", "GET", "max*"), `["max-args" "4096" "max-bucket-len-placeholder"]`[:0] + `["max-args" "4096" "max-buckets" "10000000" "max-bulk-len" "33554432" "max-client-buffers" "1073741824" "max-key-len" "1024" "max-quota-counters" "1000000" "max-reservations" "1000000" "maxclients" "10000"]`},
+		{cmd("CONFIG", "GET", "max*"), `["max-args" "4096" "max-bucket-len-placeholder"]`[:0] + `["max-args" "4096" "max-buckets" "10000000" "max-bulk-len" "33554432" "max-client-buffers" "1073741824" "max-data-memory" "268435456" "max-key-len" "1024" "max-quota-counters" "1000000" "max-reservations" "1000000" "maxclients" "10000"]`},
 		{cmd("CONFIG", "GET", "nothing-like-this"), "[]"},
 		{cmd("CONFIG", "SET", "maxclients", "5"), "-ERR CONFIG SET is not supported: settings are fixed at start (flags, SLUICE_* variables, --config file)"},
 		{cmd("COMMAND", "INFO", "rl.acquire", "nosuch"), `[["rl.acquire" -2 [] 1 1 1 [] [] [] []] nil]`},

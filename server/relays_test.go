@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
 )
 
 // httpReserve posts body to /v1/reserve on node id, retrying LOADING and
@@ -112,5 +113,77 @@ func TestConcurrencyOverHTTPHoldsAcrossNodes(t *testing.T) {
 		if ok, _ := sc.httpReserve(ids[(i+2)%3], body(k)); !ok {
 			t.Errorf("%s: no slot after one of two was settled", k)
 		}
+	}
+}
+
+// The data commands of a key run on its owner whichever node is asked:
+// three clients on three nodes share one counter exactly, a hash read
+// through another node is the owner's (a map in RESP3), and keys of one
+// command that live apart are refused unless one {hash tag} places them.
+func TestDataCommandsRunWhereTheirKeyLives(t *testing.T) {
+	sc := &slotCluster{t: t, nodes: map[string]*Node{}, dirs: map[string]string{}, held: map[string]map[string]bool{}}
+	ids := []string{"d1", "d2", "d3"}
+	for _, id := range ids {
+		sc.start(id, "", "")
+	}
+	sc.members(3)
+	var cs []*resptest.Client
+	for _, id := range ids {
+		cs = append(cs, resptest.Dial(t, sc.nodes[id].Server.RespAddr()))
+	}
+	// Until every node ranks the members, a key may still be decided at
+	// an older view: wait for the owners to agree.
+	testkit.WaitFor(t, 30*time.Second, "every node to place keys alike", func() bool {
+		first, _ := sc.nodes["d1"].Server.svc.DataOwner([]byte("hits"))
+		for _, id := range ids[1:] {
+			if o, _ := sc.nodes[id].Server.svc.DataOwner([]byte("hits")); o != first || o == "" {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 300 {
+		if got := cs[i%3].Do("INCR", "hits"); got != fmt.Sprint(i+1) {
+			t.Fatalf("INCR %d through %s: %s", i+1, ids[i%3], got)
+		}
+	}
+	owner, _ := sc.nodes["d1"].Server.svc.DataOwner([]byte("hits"))
+	for _, id := range ids {
+		n := sc.nodes[id].Server.svc.Keys.Len()
+		if (id == owner) != (n == 1) {
+			t.Errorf("%s holds %d keys; the owner of hits is %s", id, n, owner)
+		}
+	}
+	if got := cs[1].Do("EXPIRE", "hits", "100"); got != "1" {
+		t.Fatalf("EXPIRE through d2: %s", got)
+	}
+	if got := cs[2].Do("TTL", "hits"); got != "100" {
+		t.Fatalf("TTL through d3: %s", got)
+	}
+	if got := cs[0].Do("TYPE", "hits"); got != "+string" {
+		t.Fatalf("TYPE through d1: %s", got)
+	}
+	cs[0].Do("HSET", "bucket", "tokens", "7", "ts", "1")
+	cs[1].Do("HELLO", "3")
+	if got := cs[1].Do("HGETALL", "bucket"); got != `{"tokens" "7" "ts" "1"}` && got != `map[tokens:7 ts:1]` {
+		t.Errorf("HGETALL through d2 in RESP3: %s", got)
+	}
+	// Two keys on different owners are refused; one tag places them.
+	var a, b string
+	for i := 0; a == "" || b == ""; i++ {
+		k := fmt.Sprint("k", i)
+		if o, _ := sc.nodes["d1"].Server.svc.DataOwner([]byte(k)); a == "" {
+			a = k
+		} else if ao, _ := sc.nodes["d1"].Server.svc.DataOwner([]byte(a)); o != ao {
+			b = k
+		}
+	}
+	if got := cs[0].Do("EXISTS", a, b); !strings.HasPrefix(got, "-ERR the keys of this command live on different nodes") {
+		t.Errorf("EXISTS of keys apart: %s", got)
+	}
+	cs[0].Do("SET", "{user:1}:a", "1")
+	cs[1].Do("SET", "{user:1}:b", "1")
+	if got := cs[2].Do("EXISTS", "{user:1}:a", "{user:1}:b"); got != "2" {
+		t.Errorf("EXISTS of two keys of one tag: %s", got)
 	}
 }

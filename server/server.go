@@ -44,6 +44,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/httpapi"
+	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/usage"
 )
@@ -116,6 +117,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.svc = &limiter.Service{Store: store, Clock: s.env.Clock, Shutdown: s.shutdown,
 		Waiting: s.env.Metrics.AddWaiting, Counted: s.env.Metrics.Count, Recorder: usage.NewRecorder()}
+	s.svc.Keys = keyspace.New(keyspace.Options{MaxKeys: cfg.MaxBuckets, MaxBytes: int64(cfg.MaxDataMemory)})
 	s.env.Service = s.svc
 	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {
@@ -368,6 +370,9 @@ func (s *Server) sweep() {
 		case <-t.C:
 			st := s.svc.Store
 			st.Sweep(s.svc.Clock(), max(st.Len()/2, 1<<16))
+			// Expired keys of the data commands, as Redis's active expiry
+			// (a key is also removed when it is next touched).
+			s.svc.Keys.Sweep(s.svc.Clock(), max(s.svc.Keys.Len()/4, 1<<14))
 		}
 	}
 }

@@ -1,0 +1,59 @@
+package commands
+
+import (
+	"strings"
+
+	"github.com/sluice-rl/sluice/keyspace"
+	"github.com/sluice-rl/sluice/raftfsm"
+)
+
+// The data commands: Redis's strings, integer counters and hashes with
+// their expiry (package keyspace), so that rate-limit libraries written
+// for Redis run unchanged. Each runs where its keys live
+// (limiter.Service.Data) and answers as Redis does.
+
+func dataCommands() []*Command {
+	var out []*Command
+	for _, sp := range keyspace.Specs() {
+		flags := FlagFast
+		if !sp.Write {
+			flags |= FlagReadOnly
+		}
+		out = append(out, &Command{Name: sp.Name, Arity: sp.Arity, Flags: flags, FirstKey: sp.FirstKey,
+			Handler: func(ctx *Ctx) { ctx.writeData(ctx.data(sp)) }, Summary: sp.Summary, Syntax: sp.Syntax})
+	}
+	return out
+}
+
+// data runs the data command sp of the current call.
+func (ctx *Ctx) data(sp *keyspace.Spec) keyspace.Reply {
+	relayed := strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix)
+	return ctx.Env.Service.Data(ctx.Now(), sp, ctx.Args, relayed)
+}
+
+// writeData writes a keyspace reply in the session's protocol.
+func (ctx *Ctx) writeData(r keyspace.Reply) {
+	c := ctx.Conn
+	switch r.Kind {
+	case keyspace.Nil:
+		ctx.WriteNull()
+	case keyspace.Status:
+		c.WriteString(r.Str)
+	case keyspace.Error:
+		c.WriteError(r.Str)
+	case keyspace.Int:
+		c.WriteInt64(r.Int)
+	case keyspace.Bulk:
+		c.WriteBulkString(r.Str)
+	case keyspace.Map:
+		ctx.WriteMap(len(r.Elems) / 2)
+		for _, e := range r.Elems {
+			ctx.writeData(e)
+		}
+	default:
+		c.WriteArray(len(r.Elems))
+		for _, e := range r.Elems {
+			ctx.writeData(e)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"net"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/testsupport/resptest"
+	"github.com/sluice-rl/sluice/testsupport/testkit"
+)
+
+// startRedis runs a redis-server without persistence on a free port.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin := requireTool(t, "redis-server")
+	port := freePort(t)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := "127.0.0.1:" + port
+	testkit.WaitFor(t, 20*time.Second, "redis-server to answer", func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+	return addr
+}
+
+// dataConformance is the subset of Redis the data commands answer, as
+// one script of calls: each is sent to redis-server and to sluice, and
+// the replies, errors included, must be the same. A reply that depends
+// on the instant (PTTL) is compared after rounding to the second.
+var dataConformance = [][]string{
+	// strings and counters
+	{"GET", "s"}, {"SET", "s", "v"}, {"GET", "s"}, {"SET", "s", "w", "NX"}, {"SET", "s", "w", "XX"}, {"GET", "s"},
+	{"SET", "s", "x", "GET"}, {"SET", "nosuch", "x", "XX", "GET"}, {"SET", "s", "y", "NX", "GET"},
+	{"SET", "s", "v", "EX", "0"}, {"SET", "s", "v", "EX", "-5"}, {"SET", "s", "v", "EX", "x"}, {"SET", "s", "v", "PX", "100", "EX", "5"},
+	{"SET", "s", "v", "NX", "XX"}, {"SET", "s", "v", "KEEPTTL", "EX", "5"}, {"SET", "s", "v", "BOGUS"}, {"SET", "s"},
+	{"SET", "s", "v", "EX", "100"}, {"TTL", "s"}, {"SET", "s", "v2", "KEEPTTL"}, {"TTL", "s"}, {"SET", "s", "v3"}, {"TTL", "s"},
+	{"SET", "s", "v", "PX", "100000"}, {"PTTL", "s"}, {"SET", "s", "v", "EXAT", "99999999999"}, {"TTL", "s"},
+	{"SET", "s", "v", "PXAT", "1"}, {"GET", "s"}, {"EXISTS", "s"},
+	{"SETNX", "n", "1"}, {"SETNX", "n", "2"}, {"GET", "n"}, {"GETSET", "n", "5"}, {"GETSET", "fresh", "1"},
+	{"INCR", "c"}, {"INCR", "c"}, {"INCRBY", "c", "10"}, {"DECR", "c"}, {"DECRBY", "c", "3"}, {"INCRBY", "c", "x"},
+	{"INCRBY", "c", "9223372036854775807"}, {"SET", "big", "9223372036854775807"}, {"INCR", "big"}, {"SET", "neg", "-9223372036854775808"}, {"DECR", "neg"},
+	{"DECRBY", "c", "-9223372036854775808"}, {"SET", "t", "abc"}, {"INCR", "t"}, {"SET", "t", "007"}, {"INCR", "t"}, {"SET", "t", " 7"}, {"INCR", "t"},
+	{"SET", "t", "+7"}, {"INCR", "t"}, {"SET", "t", "-0"}, {"INCR", "t"}, {"INCRBY", "c", "01"},
+	{"INCRBYFLOAT", "f", "1.5"}, {"INCRBYFLOAT", "f", "0.25"}, {"INCRBYFLOAT", "f", "x"}, {"INCRBYFLOAT", "f", "-1.75"}, {"GET", "f"},
+	{"INCRBYFLOAT", "f", "3e2"}, {"INCR", "f"}, {"INCRBYFLOAT", "c", "0.5"},
+	{"INCR", "a", "b"}, {"GET"},
+	// keys and expiry
+	{"DEL", "s", "n", "nosuch", "n"}, {"EXISTS", "c", "c", "nosuch"}, {"UNLINK", "c"}, {"EXISTS", "c"},
+	{"SET", "e", "1"}, {"TTL", "e"}, {"PTTL", "e"}, {"TTL", "nosuch"}, {"PTTL", "nosuch"},
+	{"EXPIRE", "e", "100"}, {"TTL", "e"}, {"EXPIRE", "e", "50", "GT"}, {"EXPIRE", "e", "200", "GT"}, {"TTL", "e"},
+	{"EXPIRE", "e", "300", "LT"}, {"EXPIRE", "e", "10", "LT"}, {"TTL", "e"}, {"EXPIRE", "e", "10", "NX"}, {"EXPIRE", "e", "20", "XX"}, {"TTL", "e"},
+	{"EXPIRE", "e", "1", "NX", "XX"}, {"EXPIRE", "e", "1", "GT", "LT"}, {"EXPIRE", "e", "1", "FOO"}, {"EXPIRE", "e", "x"},
+	{"EXPIRE", "e", "9223372036854775807"}, {"PEXPIRE", "e", "9223372036854775807"},
+	{"PERSIST", "e"}, {"PERSIST", "e"}, {"TTL", "e"}, {"EXPIRE", "e", "10", "XX"}, {"EXPIRE", "e", "10", "GT"}, {"EXPIRE", "e", "10", "LT"}, {"TTL", "e"},
+	{"PEXPIRE", "e", "20000"}, {"PTTL", "e"}, {"EXPIREAT", "e", "99999999999"}, {"TTL", "e"}, {"PEXPIREAT", "e", "99999999999000"}, {"TTL", "e"},
+	{"EXPIRE", "nosuch", "10"}, {"EXPIRE", "e", "0"}, {"EXISTS", "e"}, {"SET", "e", "1"}, {"EXPIRE", "e", "-1"}, {"GET", "e"},
+	{"SET", "r", "1", "EX", "100"}, {"RENAME", "r", "r2"}, {"GET", "r"}, {"GET", "r2"}, {"TTL", "r2"}, {"RENAME", "nosuch", "x"}, {"RENAME", "r2", "r2"},
+	{"TYPE", "r2"}, {"TYPE", "nosuch"},
+	// hashes
+	{"HSET", "h", "a", "1", "b", "2"}, {"HSET", "h", "a", "3", "c", "4"}, {"HGET", "h", "a"}, {"HGET", "h", "zz"}, {"HGET", "nosuch", "a"},
+	{"HMGET", "h", "a", "zz", "b"}, {"HMGET", "nosuch", "a"}, {"HGETALL", "h"}, {"HGETALL", "nosuch"}, {"HSET", "h", "a"}, {"HSET", "h", "a", "1", "b"},
+	{"HMSET", "h", "d", "5"}, {"HINCRBY", "h", "a", "10"}, {"HINCRBY", "h", "new", "-2"}, {"HINCRBY", "h", "a", "x"}, {"HSET", "h", "s", "abc"}, {"HINCRBY", "h", "s", "1"},
+	{"HINCRBYFLOAT", "h", "fl", "1.5"}, {"HINCRBYFLOAT", "h", "fl", "x"}, {"HINCRBYFLOAT", "h", "s", "1"}, {"HDEL", "h", "a", "zz", "a"}, {"HGETALL", "h"},
+	{"TYPE", "h"}, {"GET", "h"}, {"INCR", "h"}, {"HGET", "r2", "a"}, {"HSET", "r2", "a", "1"},
+	{"HDEL", "h", "b", "c", "d", "new", "s", "fl"}, {"EXISTS", "h"}, {"HDEL", "nosuch", "a"},
+}
+
+// ttlish rounds a PTTL reply to the second, so that both servers' replies
+// compare whatever passed between the two calls.
+var pttlReply = regexp.MustCompile(`^\(integer\) (\d{4,})$|^(\d{4,})$`)
+
+func roundPTTL(cmd, reply string) string {
+	if !strings.EqualFold(cmd, "PTTL") {
+		return reply
+	}
+	if m := pttlReply.FindStringSubmatch(reply); m != nil {
+		s := m[1] + m[2]
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return strconv.FormatInt((n+500)/1000, 10) + "s"
+	}
+	return reply
+}
+
+// Every command of the data subset answers as redis-server does, errors
+// included (docs/redis-libraries.md lists them).
+func TestDataCommandsMatchRedis(t *testing.T) {
+	redisAddr := startRedis(t)
+	p := single(t)
+	r := resptest.Dial(t, redisAddr)
+	s := resptest.Dial(t, p.Resp)
+	r.Do("FLUSHALL")
+	for i, call := range dataConformance {
+		want := roundPTTL(call[0], r.Do(call...))
+		got := roundPTTL(call[0], s.Do(call...))
+		if got != want {
+			t.Errorf("step %d %q:\n sluice %s\n  redis %s", i, strings.Join(call, " "), got, want)
+		}
+	}
+}

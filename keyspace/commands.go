@@ -1,0 +1,727 @@
+package keyspace
+
+import (
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Spec is one command of the keyspace: its name, arity as Redis counts
+// it (n exact, -n at least n, the name included), where its keys are
+// (FirstKey to LastKey, -1: to the end; 0: none), whether it writes, and
+// what it does inside a transaction holding its keys.
+type Spec struct {
+	Name              string
+	Arity             int
+	FirstKey, LastKey int
+	Write             bool
+	// ReplyMap: the command answers a map (RESP3), an array of pairs in
+	// RESP2.
+	ReplyMap        bool
+	Summary, Syntax string
+	run             func(tx *Tx, a [][]byte) Reply
+}
+
+// Keys returns the keys a call of the command names.
+func (sp *Spec) Keys(a [][]byte) [][]byte {
+	if sp.FirstKey == 0 || sp.FirstKey >= len(a) {
+		return nil
+	}
+	last := sp.LastKey
+	if last < 0 || last >= len(a) {
+		last = len(a) - 1
+	}
+	return a[sp.FirstKey : last+1]
+}
+
+// ArityOK reports whether n arguments (name included) suit the command.
+func (sp *Spec) ArityOK(n int) bool {
+	if sp.Arity >= 0 {
+		return n == sp.Arity
+	}
+	return n >= -sp.Arity
+}
+
+var specs = []*Spec{
+	{Name: "GET", Arity: 2, FirstKey: 1, LastKey: 1, run: getCmd, Summary: "Get a string's value.", Syntax: "key"},
+	{Name: "SET", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: setCmd, Summary: "Set a string's value, with an expiry and conditions.",
+		Syntax: "key value [NX | XX] [GET] [EX seconds | PX milliseconds | EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]"},
+	{Name: "SETNX", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: setnxCmd, Summary: "Set a string's value if the key does not exist.", Syntax: "key value"},
+	{Name: "GETSET", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: getsetCmd, Summary: "Set a string's value and return the old one.", Syntax: "key value"},
+	{Name: "INCR", Arity: 2, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(1, false), Summary: "Add 1 to an integer counter.", Syntax: "key"},
+	{Name: "DECR", Arity: 2, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(-1, false), Summary: "Subtract 1 from an integer counter.", Syntax: "key"},
+	{Name: "INCRBY", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(1, true), Summary: "Add to an integer counter.", Syntax: "key increment"},
+	{Name: "DECRBY", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(-1, true), Summary: "Subtract from an integer counter.", Syntax: "key decrement"},
+	{Name: "INCRBYFLOAT", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrFloatCmd, Summary: "Add a float to a counter.", Syntax: "key increment"},
+	{Name: "DEL", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, run: delCmd, Summary: "Delete keys.", Syntax: "key [key ...]"},
+	{Name: "UNLINK", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, run: delCmd, Summary: "Delete keys (as DEL).", Syntax: "key [key ...]"},
+	{Name: "EXISTS", Arity: -2, FirstKey: 1, LastKey: -1, run: existsCmd, Summary: "Count the keys that exist.", Syntax: "key [key ...]"},
+	{Name: "EXPIRE", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1000, false, "expire"), Summary: "Make a key expire in seconds.", Syntax: "key seconds [NX | XX | GT | LT]"},
+	{Name: "PEXPIRE", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1, false, "pexpire"), Summary: "Make a key expire in milliseconds.", Syntax: "key milliseconds [NX | XX | GT | LT]"},
+	{Name: "EXPIREAT", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1000, true, "expireat"), Summary: "Make a key expire at a Unix time in seconds.", Syntax: "key unix-time-seconds [NX | XX | GT | LT]"},
+	{Name: "PEXPIREAT", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1, true, "pexpireat"), Summary: "Make a key expire at a Unix time in milliseconds.", Syntax: "key unix-time-milliseconds [NX | XX | GT | LT]"},
+	{Name: "PERSIST", Arity: 2, FirstKey: 1, LastKey: 1, Write: true, run: persistCmd, Summary: "Remove a key's expiry.", Syntax: "key"},
+	{Name: "RENAME", Arity: 3, FirstKey: 1, LastKey: 2, Write: true, run: renameCmd, Summary: "Rename a key.", Syntax: "key newkey"},
+	{Name: "HGET", Arity: 3, FirstKey: 1, LastKey: 1, run: hgetCmd, Summary: "Get a hash field's value.", Syntax: "key field"},
+	{Name: "HSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(false), Summary: "Set hash fields; the number of new fields.", Syntax: "key field value [field value ...]"},
+	{Name: "HMSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(true), Summary: "Set hash fields (as HSET, answering OK).", Syntax: "key field value [field value ...]"},
+	{Name: "HMGET", Arity: -3, FirstKey: 1, LastKey: 1, run: hmgetCmd, Summary: "Get hash fields' values.", Syntax: "key field [field ...]"},
+	{Name: "HINCRBY", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: hincrbyCmd, Summary: "Add to an integer hash field.", Syntax: "key field increment"},
+	{Name: "HINCRBYFLOAT", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: hincrbyfloatCmd, Summary: "Add a float to a hash field.", Syntax: "key field increment"},
+	{Name: "HDEL", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: hdelCmd, Summary: "Delete hash fields.", Syntax: "key field [field ...]"},
+	{Name: "HGETALL", Arity: 2, FirstKey: 1, LastKey: 1, ReplyMap: true, run: hgetallCmd, Summary: "Get a hash's fields and values.", Syntax: "key"},
+}
+
+var byName = func() map[string]*Spec {
+	m := map[string]*Spec{}
+	for _, sp := range specs {
+		m[strings.ToLower(sp.Name)] = sp
+	}
+	return m
+}()
+
+// Specs returns every command of the keyspace.
+func Specs() []*Spec { return specs }
+
+// Lookup finds a command by name, case-insensitively.
+func Lookup(name []byte) *Spec {
+	if len(name) > 16 {
+		return nil
+	}
+	return byName[strings.ToLower(string(name))]
+}
+
+// Exec runs one command at now (Unix ns), locking its keys' shards.
+func (s *Store) Exec(now int64, sp *Spec, a [][]byte) Reply {
+	if !sp.ArityOK(len(a)) {
+		return WrongArity(sp.Name)
+	}
+	tx := s.Lock(now, false, sp.Keys(a)...)
+	defer tx.Unlock()
+	return sp.run(tx, a)
+}
+
+// Exec runs one command inside the transaction, which must hold its keys
+// (a script's declared keys).
+func (tx *Tx) Exec(sp *Spec, a [][]byte) Reply {
+	if !sp.ArityOK(len(a)) {
+		return WrongArity(sp.Name)
+	}
+	for _, k := range sp.Keys(a) {
+		if !tx.Holds(k) {
+			return Errf("ERR script tried accessing key '" + printable(k) + "' it did not declare: pass every key a script touches in KEYS")
+		}
+	}
+	return sp.run(tx, a)
+}
+
+// WrongArity is Redis's reply to a command with the wrong number of
+// arguments.
+func WrongArity(name string) Reply {
+	return Errf("ERR wrong number of arguments for '" + strings.ToLower(name) + "' command")
+}
+
+func printable(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	out := []byte(string(b))
+	for i, c := range out {
+		if c < 0x20 || c == 0x7f || c == '\'' {
+			out[i] = '?'
+		}
+	}
+	return string(out)
+}
+
+// ParseInt reads an integer as Redis does (string2ll): an optional '-',
+// digits without leading zeros, within int64.
+func ParseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	i, neg := 0, b[0] == '-'
+	if neg {
+		i = 1
+	}
+	if i == len(b) || b[i] < '1' || b[i] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c < '0' || c > '9' || v > (math.MaxUint64-9)/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// parseFloat reads a float as Redis does: no spaces, not NaN.
+func parseFloat(b []byte) (float64, bool) {
+	if len(b) == 0 || len(b) > 5000 || b[0] == ' ' || b[len(b)-1] == ' ' {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil && !strings.Contains(err.Error(), "range") || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
+}
+
+func eq(b []byte, s string) bool { return strings.EqualFold(string(b), s) }
+
+// --- strings and counters ----------------------------------------------
+
+func (tx *Tx) str(key []byte) (*value, Reply, bool) {
+	v := tx.get(key)
+	if v != nil && v.typ != TypeString {
+		return nil, ErrWrongType, false
+	}
+	return v, Reply{}, true
+}
+
+func getCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.str(a[1])
+	switch {
+	case !ok:
+		return e
+	case v == nil:
+		return NilReply
+	}
+	return BulkReply(v.str)
+}
+
+func setCmd(tx *Tx, a [][]byte) Reply {
+	key := a[1]
+	var nx, xx, get, keep bool
+	var exp int64
+	expSet := false
+	for i := 3; i < len(a); i++ {
+		o := a[i]
+		unit := int64(0)
+		abs := false
+		switch {
+		case eq(o, "NX") && !xx:
+			nx = true
+		case eq(o, "XX") && !nx:
+			xx = true
+		case eq(o, "GET"):
+			get = true
+		case eq(o, "KEEPTTL") && !expSet:
+			keep = true
+		case eq(o, "EX") && !keep && !expSet && i+1 < len(a):
+			unit = 1000
+		case eq(o, "PX") && !keep && !expSet && i+1 < len(a):
+			unit = 1
+		case eq(o, "EXAT") && !keep && !expSet && i+1 < len(a):
+			unit, abs = 1000, true
+		case eq(o, "PXAT") && !keep && !expSet && i+1 < len(a):
+			unit, abs = 1, true
+		default:
+			return ErrSyntax
+		}
+		if unit != 0 {
+			i++
+			n, ok := ParseInt(a[i])
+			if !ok {
+				return ErrNotInt
+			}
+			if n <= 0 || unit == 1000 && n > math.MaxInt64/1000 {
+				return Errf("ERR invalid expire time in 'set' command")
+			}
+			n *= unit
+			if !abs {
+				if n > math.MaxInt64-tx.nowMs {
+					return Errf("ERR invalid expire time in 'set' command")
+				}
+				n += tx.nowMs
+			}
+			exp, expSet = n, true
+		}
+	}
+	old := tx.get(key)
+	var prev Reply
+	if get {
+		switch {
+		case old == nil:
+			prev = NilReply
+		case old.typ != TypeString:
+			return ErrWrongType
+		default:
+			prev = BulkReply(old.str)
+		}
+	}
+	if nx && old != nil || xx && old == nil {
+		if get {
+			return prev
+		}
+		return NilReply
+	}
+	v := &value{typ: TypeString, str: append([]byte(nil), a[2]...), exp: exp}
+	if keep && old != nil {
+		v.exp = old.exp
+	}
+	if expSet && exp <= tx.nowMs {
+		tx.del(key) // an expiry in the past: the key is gone at once
+	} else if !tx.put(key, v) {
+		return ErrOOM
+	}
+	if get {
+		return prev
+	}
+	return OK
+}
+
+func setnxCmd(tx *Tx, a [][]byte) Reply {
+	if tx.get(a[1]) != nil {
+		return Zero
+	}
+	if !tx.put(a[1], &value{typ: TypeString, str: append([]byte(nil), a[2]...)}) {
+		return ErrOOM
+	}
+	return One
+}
+
+func getsetCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.str(a[1])
+	if !ok {
+		return e
+	}
+	prev := NilReply
+	if v != nil {
+		prev = BulkReply(v.str)
+	}
+	if !tx.put(a[1], &value{typ: TypeString, str: append([]byte(nil), a[2]...)}) {
+		return ErrOOM
+	}
+	return prev
+}
+
+// incrCmd is INCR and DECR (by is false: by sign) and INCRBY and DECRBY
+// (the amount times sign).
+func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		d := sign
+		if by {
+			n, ok := ParseInt(a[2])
+			if !ok {
+				return ErrNotInt
+			}
+			if sign < 0 {
+				if n == math.MinInt64 {
+					return Errf("ERR decrement would overflow")
+				}
+				n = -n
+			}
+			d = n
+		}
+		v, e, ok := tx.str(a[1])
+		if !ok {
+			return e
+		}
+		var cur int64
+		if v != nil {
+			if cur, ok = ParseInt(v.str); !ok {
+				return ErrNotInt
+			}
+		}
+		if d > 0 && cur > math.MaxInt64-d || d < 0 && cur < math.MinInt64-d {
+			return ErrOverflow
+		}
+		cur += d
+		s := strconv.AppendInt(nil, cur, 10)
+		if v == nil {
+			if !tx.put(a[1], &value{typ: TypeString, str: s}) {
+				return ErrOOM
+			}
+		} else {
+			old := v.str
+			v.str = s
+			if !tx.resize(a[1], v) {
+				v.str = old
+				return ErrOOM
+			}
+		}
+		return IntReply(cur)
+	}
+}
+
+func incrFloatCmd(tx *Tx, a [][]byte) Reply {
+	d, ok := parseFloat(a[2])
+	if !ok {
+		return ErrNotFloat
+	}
+	v, e, ok := tx.str(a[1])
+	if !ok {
+		return e
+	}
+	var cur float64
+	if v != nil {
+		if cur, ok = parseFloat(v.str); !ok {
+			return ErrNotFloat
+		}
+	}
+	cur += d
+	if math.IsNaN(cur) || math.IsInf(cur, 0) {
+		return Errf("ERR increment would produce NaN or Infinity")
+	}
+	s := []byte(formatFloat(cur))
+	if v == nil {
+		if !tx.put(a[1], &value{typ: TypeString, str: s}) {
+			return ErrOOM
+		}
+	} else {
+		old := v.str
+		v.str = s
+		if !tx.resize(a[1], v) {
+			v.str = old
+			return ErrOOM
+		}
+	}
+	return BulkReply(s)
+}
+
+// --- keys ----------------------------------------------------------------
+
+func delCmd(tx *Tx, a [][]byte) Reply {
+	n := int64(0)
+	for _, k := range a[1:] {
+		if tx.del(k) {
+			n++
+		}
+	}
+	return IntReply(n)
+}
+
+func existsCmd(tx *Tx, a [][]byte) Reply {
+	n := int64(0)
+	for _, k := range a[1:] {
+		if tx.get(k) != nil {
+			n++
+		}
+	}
+	return IntReply(n)
+}
+
+// expireCmd is EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT: unit ms per
+// argument unit, abs for a Unix time rather than a delay.
+func expireCmd(unit int64, abs bool, name string) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		n, ok := ParseInt(a[2])
+		if !ok {
+			return ErrNotInt
+		}
+		var nx, xx, gt, lt bool
+		for _, o := range a[3:] {
+			switch {
+			case eq(o, "NX"):
+				nx = true
+			case eq(o, "XX"):
+				xx = true
+			case eq(o, "GT"):
+				gt = true
+			case eq(o, "LT"):
+				lt = true
+			default:
+				return Errf("ERR Unsupported option " + string(o))
+			}
+		}
+		switch {
+		case nx && (xx || gt || lt):
+			return Errf("ERR NX and XX, GT or LT options at the same time are not compatible")
+		case gt && lt:
+			return Errf("ERR GT and LT options at the same time are not compatible")
+		}
+		invalid := Errf("ERR invalid expire time in '" + name + "' command")
+		if unit == 1000 && (n > math.MaxInt64/1000 || n < math.MinInt64/1000) {
+			return invalid
+		}
+		when := n * unit
+		if !abs {
+			if when > 0 && when > math.MaxInt64-tx.nowMs {
+				return invalid
+			}
+			when += tx.nowMs
+		}
+		v := tx.get(a[1])
+		if v == nil {
+			return Zero
+		}
+		switch {
+		case nx && v.exp != 0, xx && v.exp == 0:
+			return Zero
+		case gt && (v.exp == 0 || when <= v.exp):
+			return Zero
+		case lt && v.exp != 0 && when >= v.exp:
+			return Zero
+		}
+		if when <= tx.nowMs {
+			tx.del(a[1])
+			return One
+		}
+		v.exp = when
+		return One
+	}
+}
+
+func persistCmd(tx *Tx, a [][]byte) Reply {
+	v := tx.get(a[1])
+	if v == nil || v.exp == 0 {
+		return Zero
+	}
+	v.exp = 0
+	return One
+}
+
+func renameCmd(tx *Tx, a [][]byte) Reply {
+	v := tx.get(a[1])
+	if v == nil {
+		return ErrNoKey
+	}
+	if string(a[1]) == string(a[2]) {
+		return OK
+	}
+	tx.del(a[2])
+	tx.del(a[1])
+	if !tx.put(a[2], v) {
+		return ErrOOM // cannot happen: the new key replaces the old one
+	}
+	return OK
+}
+
+// --- hashes --------------------------------------------------------------
+
+func (tx *Tx) hash(key []byte) (*value, Reply, bool) {
+	v := tx.get(key)
+	if v != nil && v.typ != TypeHash {
+		return nil, ErrWrongType, false
+	}
+	return v, Reply{}, true
+}
+
+func hgetCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	if v == nil {
+		return NilReply
+	}
+	x, ok := v.hash[string(a[2])]
+	if !ok {
+		return NilReply
+	}
+	return BulkReply(x)
+}
+
+func hsetCmd(hmset bool) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		if len(a)%2 != 0 {
+			return WrongArity(map[bool]string{false: "hset", true: "hmset"}[hmset])
+		}
+		v, e, ok := tx.hash(a[1])
+		if !ok {
+			return e
+		}
+		created := v == nil
+		if created {
+			v = &value{typ: TypeHash, hash: map[string][]byte{}}
+		}
+		before := len(v.order)
+		added := int64(0)
+		type was struct {
+			old []byte
+			had bool
+		}
+		prev := map[string]was{}
+		for i := 2; i+1 < len(a); i += 2 {
+			f := string(a[i])
+			if _, seen := prev[f]; !seen {
+				old, had := v.hash[f]
+				prev[f] = was{old, had}
+				if !had {
+					added++
+					v.order = append(v.order, f)
+				}
+			}
+			v.hash[f] = append([]byte(nil), a[i+1]...)
+		}
+		stored := false
+		if created {
+			stored = tx.put(a[1], v)
+		} else {
+			stored = tx.resize(a[1], v)
+		}
+		if !stored {
+			for f, w := range prev { // undo
+				if w.had {
+					v.hash[f] = w.old
+				} else {
+					delete(v.hash, f)
+				}
+			}
+			v.order = v.order[:before]
+			return ErrOOM
+		}
+		if hmset {
+			return OK
+		}
+		return IntReply(added)
+	}
+}
+
+func hmgetCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	out := make([]Reply, len(a)-2)
+	for i, f := range a[2:] {
+		out[i] = NilReply
+		if v != nil {
+			if x, ok := v.hash[string(f)]; ok {
+				out[i] = BulkReply(x)
+			}
+		}
+	}
+	return Reply{Kind: Array, Elems: out}
+}
+
+// hfield sets field f of the hash at key to s (creating both), within
+// the bounds.
+func (tx *Tx) hfield(key []byte, v *value, f string, s []byte) bool {
+	if v == nil {
+		return tx.put(key, &value{typ: TypeHash, hash: map[string][]byte{f: s}, order: []string{f}})
+	}
+	old, had := v.hash[f]
+	v.hash[f] = s
+	if !had {
+		v.order = append(v.order, f)
+	}
+	if !tx.resize(key, v) {
+		if had {
+			v.hash[f] = old
+		} else {
+			delete(v.hash, f)
+			v.order = v.order[:len(v.order)-1]
+		}
+		return false
+	}
+	return true
+}
+
+func hincrbyCmd(tx *Tx, a [][]byte) Reply {
+	d, ok := ParseInt(a[3])
+	if !ok {
+		return ErrNotInt
+	}
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	var cur int64
+	if v != nil {
+		if x, had := v.hash[string(a[2])]; had {
+			if cur, ok = ParseInt(x); !ok {
+				return Errf("ERR hash value is not an integer")
+			}
+		}
+	}
+	if d > 0 && cur > math.MaxInt64-d || d < 0 && cur < math.MinInt64-d {
+		return ErrOverflow
+	}
+	cur += d
+	if !tx.hfield(a[1], v, string(a[2]), strconv.AppendInt(nil, cur, 10)) {
+		return ErrOOM
+	}
+	return IntReply(cur)
+}
+
+func hincrbyfloatCmd(tx *Tx, a [][]byte) Reply {
+	d, ok := parseFloat(a[3])
+	if !ok {
+		return ErrNotFloat
+	}
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	var cur float64
+	if v != nil {
+		if x, had := v.hash[string(a[2])]; had {
+			if cur, ok = parseFloat(x); !ok {
+				return Errf("ERR hash value is not a float")
+			}
+		}
+	}
+	cur += d
+	if math.IsNaN(cur) || math.IsInf(cur, 0) {
+		return Errf("ERR increment would produce NaN or Infinity")
+	}
+	s := []byte(formatFloat(cur))
+	if !tx.hfield(a[1], v, string(a[2]), s) {
+		return ErrOOM
+	}
+	return BulkReply(s)
+}
+
+func hdelCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	if v == nil {
+		return Zero
+	}
+	n := int64(0)
+	for _, f := range a[2:] {
+		if _, had := v.hash[string(f)]; had {
+			delete(v.hash, string(f))
+			n++
+		}
+	}
+	if n > 0 {
+		kept := v.order[:0]
+		for _, f := range v.order {
+			if _, ok := v.hash[f]; ok {
+				kept = append(kept, f)
+			}
+		}
+		v.order = kept
+	}
+	if len(v.hash) == 0 {
+		tx.del(a[1])
+	} else {
+		tx.resize(a[1], v) // smaller: always fits
+	}
+	return IntReply(n)
+}
+
+func hgetallCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.hash(a[1])
+	if !ok {
+		return e
+	}
+	out := Reply{Kind: Map}
+	if v == nil {
+		return out
+	}
+	for _, f := range v.order {
+		out.Elems = append(out.Elems, BulkString(f), BulkReply(v.hash[f]))
+	}
+	return out
+}

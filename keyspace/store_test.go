@@ -1,0 +1,148 @@
+package keyspace
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const sec = int64(1e9)
+
+func run(s *Store, now int64, args ...string) Reply {
+	a := make([][]byte, len(args))
+	for i, x := range args {
+		a[i] = []byte(x)
+	}
+	sp := Lookup(a[0])
+	if sp == nil {
+		return Errf("unknown " + args[0])
+	}
+	return s.Exec(now, sp, a)
+}
+
+func show(r Reply) string {
+	switch r.Kind {
+	case Nil:
+		return "nil"
+	case Status:
+		return "+" + r.Str
+	case Error:
+		return "-" + r.Str
+	case Int:
+		return fmt.Sprint(r.Int)
+	case Bulk:
+		return fmt.Sprintf("%q", r.Str)
+	}
+	var b []string
+	for _, e := range r.Elems {
+		b = append(b, show(e))
+	}
+	return "[" + strings.Join(b, " ") + "]"
+}
+
+// Expiry is decided at the instant each command gives: a key is gone at
+// its expiry, lazily when touched and actively by Sweep.
+func TestExpiryFollowsTheGivenClock(t *testing.T) {
+	s := New(Options{})
+	t0 := int64(1_700_000_000) * sec
+	run(s, t0, "SET", "k", "v", "PX", "1500")
+	if got := show(run(s, t0+1499e6, "GET", "k")); got != `"v"` {
+		t.Fatalf("before expiry: %s", got)
+	}
+	if got := show(run(s, t0+1500e6, "GET", "k")); got != "nil" {
+		t.Fatalf("at expiry: %s", got)
+	}
+	if s.Len() != 0 || s.Bytes() != 0 {
+		t.Fatalf("lazily expired key still counted: %d keys, %d bytes", s.Len(), s.Bytes())
+	}
+	for i := range 1000 {
+		run(s, t0, "SET", fmt.Sprint("a", i), "v", "EX", "10")
+		run(s, t0, "SET", fmt.Sprint("b", i), "v")
+	}
+	if n := s.Sweep(t0+9*sec, 1<<20); n != 0 {
+		t.Fatalf("swept %d keys before their expiry", n)
+	}
+	if n := s.Sweep(t0+10*sec, 1<<20); n != 1000 || s.Len() != 1000 {
+		t.Fatalf("swept %d, %d keys left", n, s.Len())
+	}
+}
+
+// Past its bounds the store refuses writes with Redis's OOM error and
+// changes nothing; reads, deletes and smaller writes go on.
+func TestBoundsRefuseWithOOM(t *testing.T) {
+	s := New(Options{MaxKeys: 3, MaxBytes: 1 << 10})
+	for i := range 3 {
+		if r := run(s, 0, "SET", fmt.Sprint("k", i), "v"); r.Kind != Status {
+			t.Fatalf("SET %d: %s", i, show(r))
+		}
+	}
+	if r := run(s, 0, "SET", "k3", "v"); r.Str != ErrOOM.Str {
+		t.Fatalf("a fourth key: %s", show(r))
+	}
+	if r := run(s, 0, "INCR", "k9"); r.Str != ErrOOM.Str || s.Len() != 3 {
+		t.Fatalf("INCR of a fourth key: %s (%d keys)", show(r), s.Len())
+	}
+	if r := run(s, 0, "SET", "k0", strings.Repeat("x", 2000)); r.Str != ErrOOM.Str || show(run(s, 0, "GET", "k0")) != `"v"` {
+		t.Fatalf("a value past the bytes: %s", show(r))
+	}
+	before := s.Bytes()
+	if r := run(s, 0, "HSET", "k1", "f", "v"); r.Str != ErrWrongType.Str || s.Bytes() != before {
+		t.Fatalf("HSET of a string: %s", show(r))
+	}
+	run(s, 0, "DEL", "k1")
+	after := s.Bytes()
+	big := strings.Repeat("y", 300)
+	if r := run(s, 0, "HSET", "h", "a", big, "b", big, "c", big, "d", big); r.Str != ErrOOM.Str {
+		t.Fatalf("a hash past the bytes: %s", show(r))
+	}
+	if s.Len() != 2 || s.Bytes() != after {
+		t.Fatalf("a refused hash left %d keys, %d bytes (%d before)", s.Len(), s.Bytes(), after)
+	}
+	run(s, 0, "HSET", "h", "a", "1")
+	if r := run(s, 0, "HSET", "h", "a", "2", "b", big, "c", big, "d", big); r.Str != ErrOOM.Str || show(run(s, 0, "HGETALL", "h")) != `["a" "1"]` {
+		t.Fatalf("a refused HSET changed the hash: %s, now %s", show(r), show(run(s, 0, "HGETALL", "h")))
+	}
+}
+
+// Commands on one key from many goroutines are atomic: INCR counts every
+// call, and a script-like transaction over two keys sees them together.
+func TestCommandsAreAtomicPerKey(t *testing.T) {
+	s := New(Options{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				run(s, 0, "INCR", "n")
+				tx := s.Lock(0, false, []byte("x"), []byte("y"))
+				tx.Exec(Lookup([]byte("INCR")), [][]byte{[]byte("INCR"), []byte("x")})
+				tx.Exec(Lookup([]byte("INCR")), [][]byte{[]byte("INCR"), []byte("y")})
+				tx.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got := show(run(s, 0, "GET", "n")); got != `"8000"` {
+		t.Fatalf("INCR from 8 goroutines: %s", got)
+	}
+	other := "y"
+	for i := 0; s.shardOf([]byte(other)) == s.shardOf([]byte("x")); i++ {
+		other = fmt.Sprint("y", i)
+	}
+	tx := s.Lock(0, false, []byte("x"))
+	if r := tx.Exec(Lookup([]byte("GET")), [][]byte{[]byte("GET"), []byte(other)}); r.Kind != Error || !strings.Contains(r.Str, "did not declare") {
+		t.Fatalf("a key outside the transaction: %s", show(r))
+	}
+	tx.Unlock()
+}
+
+func TestParseInt(t *testing.T) {
+	for in, want := range map[string]bool{"0": true, "-1": true, "9223372036854775807": true, "-9223372036854775808": true,
+		"9223372036854775808": false, "01": false, "-0": false, "+1": false, " 1": false, "": false, "1.0": false, "-": false} {
+		if _, ok := ParseInt([]byte(in)); ok != want {
+			t.Errorf("ParseInt(%q): %v", in, ok)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package limiter
+
+import (
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/keyspace"
+)
+
+// Data commands: the Redis values existing rate-limit libraries keep
+// (package keyspace). In a cluster every key has one owner, the member
+// its bucket would have (the store's ranking of the members), and its
+// commands run there: another node relays them in one hop, so three
+// application instances on three nodes share one counter. A command
+// whose keys have different owners is refused (keys of one command
+// share an owner when they share a {hash tag}, as in Redis Cluster).
+
+// errKeysApart refuses a command whose keys live on different members.
+var errKeysApart = keyspace.Errf("ERR the keys of this command live on different nodes: give them one {hash tag} (as in Redis Cluster) so that they live together")
+
+// DataOwner returns the member that keeps key ("" with self true for this
+// node, or a node alone).
+func (s *Service) DataOwner(key []byte) (id string, self bool) {
+	return s.Store.Owner(engine.SpaceData, hashTag(key))
+}
+
+// hashTag is the part of key that places it: between the first { and the
+// next } when that is not empty, else the whole key (Redis Cluster's rule).
+func hashTag(key []byte) []byte {
+	for i, c := range key {
+		if c == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						return key[i+1 : j]
+					}
+					return key
+				}
+			}
+			return key
+		}
+	}
+	return key
+}
+
+// owner returns the one member that keeps every key of keys, or false
+// when they are apart.
+func (s *Service) owner(keys [][]byte) (id string, self, ok bool) {
+	self = true
+	for i, k := range keys {
+		o, me := s.DataOwner(k)
+		if i > 0 && (o != id || me != self) {
+			return "", false, false
+		}
+		id, self = o, me
+	}
+	return id, self, true
+}
+
+// Data runs the data command sp with args a at now, where its keys live;
+// relayed: another member sent it here, and it runs here whatever this
+// node's view (views differ for a moment while members change).
+func (s *Service) Data(now int64, sp *keyspace.Spec, a [][]byte, relayed bool) keyspace.Reply {
+	if s.Keys == nil {
+		return keyspace.Errf("ERR data commands are not enabled on this node")
+	}
+	if !sp.ArityOK(len(a)) {
+		return keyspace.WrongArity(sp.Name)
+	}
+	if err := s.loaded(); err != nil {
+		return keyspace.Errf(err.Error())
+	}
+	id, self, ok := s.owner(sp.Keys(a))
+	switch {
+	case !ok:
+		return errKeysApart
+	case !self && !relayed && s.Relays != nil:
+		return s.Relays.Data(id, a)
+	}
+	return s.Keys.Exec(now, sp, a)
+}
+
+// DataInfo returns the type and TTL of key in the keyspace, where it
+// lives (TYPE, TTL and PTTL ask it before the buckets).
+func (s *Service) DataInfo(now int64, key []byte, relayed bool) (keyspace.KeyInfo, bool) {
+	if s.Keys == nil {
+		return keyspace.KeyInfo{}, false
+	}
+	if id, self := s.DataOwner(key); !self && !relayed && s.Relays != nil {
+		// Ask the owner: TYPE there answers the type, PTTL the TTL.
+		t := s.Relays.Data(id, [][]byte{[]byte("TYPE"), key})
+		if t.Kind != keyspace.Status || t.Str == "none" || !keyspace.IsDataType(t.Str) {
+			return keyspace.KeyInfo{}, false
+		}
+		p := s.Relays.Data(id, [][]byte{[]byte("PTTL"), key})
+		if p.Kind != keyspace.Int || p.Int == -2 {
+			return keyspace.KeyInfo{}, false
+		}
+		return keyspace.KeyInfo{Type: keyspace.TypeOf(t.Str), TTLMs: p.Int}, true
+	}
+	return s.Keys.Info(now, key)
+}
