@@ -150,3 +150,90 @@ func TestRefundWaitedReachesPeers(t *testing.T) {
 		t.Fatalf("a plain refund was sent to peers: %v", d)
 	}
 }
+
+// A forced charge on a node that does not own the bucket (a reservation
+// of 40 settled at 55 there, on a limit of 1000 a day) lands in the
+// owner's accounting: the node is told 945 remain, and the two nodes
+// together admit 945 more, not 960, for every algorithm a reservation
+// can charge. (Once, the charge went to the node's own copy of the
+// bucket, which reaches the owner only through the consumption sync, if
+// syncing is on, and a while later: the owner kept granting the 15, and
+// the node told 960.)
+func TestChargeOnANonOwnerReachesTheOwner(t *testing.T) {
+	for _, algo := range []Algo{TokenBucket, GCRA, LeakyBucket, FixedWindow, SlidingWindow} {
+		t.Run(algo.String(), func(t *testing.T) {
+			owner, other, key := leasePair(t)
+			lim := *mustLimit(t, algo, 1000, 24*time.Hour, 1000)
+			now := int64(t0)
+			r := Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 40}
+			reserved := false
+			for i := 0; i < 3 && !reserved; i++ { // a window's lease has no credit: it asks first
+				reserved = other.Acquire(now, r, 0, false).Allowed
+				refill(owner, other, now)
+			}
+			if !reserved {
+				t.Fatal("the reservation of 40 was refused")
+			}
+			other.Charge(now, &r, 15)
+			peek := Request{Space: SpaceInline, Key: key, Limit: &lim}
+			if got := other.Acquire(now, peek, 0, true).Remaining; got != 945 {
+				t.Fatalf("after the charge the node tells %d remain, want 945 (1000 − 55)", got)
+			}
+			admitted := int64(0)
+			one := Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 1}
+			for round := 0; round < 3000; round++ {
+				refill(owner, other, now)
+				for _, s := range []*Store{other, owner} {
+					if s.Acquire(now, one, 0, false).Allowed {
+						admitted++
+					}
+				}
+			}
+			if admitted != 945 {
+				t.Fatalf("the nodes admitted %d after a reservation of 40 settled at 55, want 945", admitted)
+			}
+		})
+	}
+}
+
+// A node that has not yet heard from the owner (a reservation made from
+// its credit and settled at once) tells what one bucket would: 990 left
+// after 10 settled, 945 after 55, of 1000 — not its lease's count.
+func TestNonOwnerRemainingBeforeTheOwnersReply(t *testing.T) {
+	for _, algo := range []Algo{TokenBucket, GCRA, SlidingWindow} {
+		t.Run(algo.String(), func(t *testing.T) {
+			for _, c := range []struct{ actual, want int64 }{{10, 990}, {55, 945}, {40, 960}} {
+				owner, other, key := leasePair(t)
+				lim := *mustLimit(t, algo, 1000, 24*time.Hour, 1000)
+				now := int64(t0)
+				r := Request{Space: SpaceInline, Key: key, Limit: &lim, Cost: 40}
+				if algo.IsWindow() {
+					other.Acquire(now, r, 0, false) // no credit: it asks the owner first
+					refill(owner, other, now)
+				}
+				res := other.Acquire(now, r, 0, false)
+				if !res.Allowed || res.Remaining != 960 {
+					t.Fatalf("reservation of 40: %+v, want admitted with 960 left", res)
+				}
+				if d := c.actual - 40; d < 0 {
+					other.Refund(now, SpaceInline, key, &lim, -d)
+				} else {
+					other.Charge(now, &r, d)
+				}
+				peek := Request{Space: SpaceInline, Key: key, Limit: &lim}
+				if got := other.Acquire(now, peek, 0, true).Remaining; got != c.want {
+					t.Fatalf("settled at %d: the node tells %d remain, want %d", c.actual, got, c.want)
+				}
+				refill(owner, other, now)
+				if got := other.Acquire(now, peek, 0, true).Remaining; got != c.want {
+					t.Fatalf("settled at %d, after the owner's reply: the node tells %d remain, want %d", c.actual, got, c.want)
+				}
+				// (Tokens settled below the estimate go back to the lease,
+				// a window's lease holds what it asked for besides.)
+				if got := owner.Acquire(now, peek, 0, true).Remaining; !algo.IsWindow() && c.actual >= 40 && got != c.want {
+					t.Fatalf("settled at %d: the owner's bucket holds %d, want %d", c.actual, got, c.want)
+				}
+			}
+		})
+	}
+}

@@ -184,6 +184,9 @@ type shard struct {
 	held   map[uint32]struct{}
 	credit map[uint32]int64 // a lease's unspent credit
 	owed   map[uint32]int64 // a lease's spent credit not yet sent
+	// sent is what a lease owed and sent to the owner, until a grant
+	// (whose count of the owner's tokens includes it) comes back.
+	sent map[uint32]int64
 	// creditAt is when a lease last took a credit (creditEvery).
 	creditAt map[uint32]int64
 	left     map[uint32]int64 // the owner's tokens at a lease's last grant
@@ -210,6 +213,7 @@ func (sh *shard) init() {
 	sh.held = make(map[uint32]struct{})
 	sh.credit = make(map[uint32]int64)
 	sh.owed = make(map[uint32]int64)
+	sh.sent = make(map[uint32]int64)
 	sh.creditAt = make(map[uint32]int64)
 	sh.left = make(map[uint32]int64)
 	sh.prior = make(map[uint32]int64)
@@ -330,6 +334,7 @@ func (sh *shard) unlink(pos uint32) {
 	delete(sh.credit, i)
 	delete(sh.creditAt, i)
 	delete(sh.owed, i)
+	delete(sh.sent, i)
 	delete(sh.left, i)
 	delete(sh.prior, i)
 	sh.dropLimit(e.lim)
