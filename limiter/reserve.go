@@ -362,6 +362,8 @@ func (s *Service) adjust(h *reserve.Hold, now, delta int64, release bool) {
 			delta = -1
 		}
 		switch {
+		case delta > 0 && h.Waited:
+			s.Store.ChargeWaited(now, &r, delta)
 		case delta > 0:
 			s.Store.Charge(now, &r, delta)
 		case delta < 0 && r.Space == engine.SpaceQuota:
