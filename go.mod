@@ -23,6 +23,7 @@ require (
 	github.com/sluice-rl/sluice/clients/go v0.0.0
 	github.com/sluice-rl/sluice/protocol v0.0.0
 	github.com/tidwall/redcon v1.6.2
+	github.com/yuin/gopher-lua v1.1.2
 	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0

@@ -17,7 +17,7 @@ const module = "github.com/sluice-rl/sluice"
 // below, and the libraries; never one above.
 var layers = [][]string{
 	{"bounds", "engine"},
-	{"fault", "budget", "quota", "reserve", "usage", "access", "keyspace"},
+	{"fault", "budget", "quota", "reserve", "usage", "access", "keyspace", "script"},
 	{"limiter", "raftfsm", "peer"},
 	{"commands", "httpapi", "envoyrls", "console"}, // the fronts
 	{"server"},

@@ -15,6 +15,9 @@ import (
 func dataCommands() []*Command {
 	var out []*Command
 	for _, sp := range keyspace.Specs() {
+		if sp.ScriptOnly {
+			continue // the server's own TYPE, TTL and PTTL answer clients
+		}
 		flags := FlagFast
 		if !sp.Write {
 			flags |= FlagReadOnly

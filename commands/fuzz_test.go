@@ -7,6 +7,7 @@ import (
 	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/script"
 	"github.com/sluice-rl/sluice/usage"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func testEnv(t testing.TB) *Env {
 	}
 	env.Service = &limiter.Service{Store: store, Cluster: node, Quotas: node.FSM(), Clock: env.Clock, Shutdown: done,
 		Waiting: env.Metrics.AddWaiting, Counted: env.Metrics.Count, Recorder: usage.NewRecorder(), Holds: reserve.New("n0", 100, 0),
-		Keys: keyspace.New(keyspace.Options{MaxKeys: 10000, MaxBytes: 1 << 20})}
+		Keys: keyspace.New(keyspace.Options{MaxKeys: 10000, MaxBytes: 1 << 20}), Scripts: script.New()}
 	return env
 }
 

@@ -82,7 +82,7 @@ type Registry struct {
 // NewRegistry returns a registry holding every sluice command.
 func NewRegistry() *Registry {
 	r := &Registry{byName: map[string]*Command{}}
-	for _, group := range [][]*Command{connCommands(), multiCommands(), serverCommands(), keyCommands(), aclCommands(), limitCommands(), reserveCommands(), budgetCommands(), clusterCommands(), quotaCommands(), usageCommands(), dataCommands()} {
+	for _, group := range [][]*Command{connCommands(), multiCommands(), serverCommands(), keyCommands(), aclCommands(), limitCommands(), reserveCommands(), budgetCommands(), clusterCommands(), quotaCommands(), usageCommands(), dataCommands(), scriptCommands()} {
 		for _, c := range group {
 			r.add(c)
 		}

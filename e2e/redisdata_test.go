@@ -75,7 +75,60 @@ var dataConformance = [][]string{
 	{"HINCRBYFLOAT", "h", "fl", "1.5"}, {"HINCRBYFLOAT", "h", "fl", "x"}, {"HINCRBYFLOAT", "h", "s", "1"}, {"HDEL", "h", "a", "zz", "a"}, {"HGETALL", "h"},
 	{"TYPE", "h"}, {"GET", "h"}, {"INCR", "h"}, {"HGET", "r2", "a"}, {"HSET", "r2", "a", "1"},
 	{"HDEL", "h", "b", "c", "d", "new", "s", "fl"}, {"EXISTS", "h"}, {"HDEL", "nosuch", "a"},
+
+	// scripts: conversions both ways, KEYS and ARGV, errors
+	{"EVAL", "return 1", "0"}, {"EVAL", "return 3.99", "0"}, {"EVAL", "return -2.5", "0"}, {"EVAL", "return 'x'", "0"},
+	{"EVAL", "return true", "0"}, {"EVAL", "return false", "0"}, {"EVAL", "return nil", "0"},
+	{"EVAL", "return {1, 'a', {2, false}, nil, 5}", "0"}, {"EVAL", "return {ok='fine'}", "0"}, {"EVAL", "return {err='My Error'}", "0"},
+	{"EVAL", "return redis.status_reply('PONG')", "0"}, {"EVAL", "return redis.error_reply('BAD thing')", "0"},
+	{"EVAL", "return {KEYS[1], KEYS[2], ARGV[1], #ARGV}", "2", "k1", "k2", "a1", "a2"},
+	{"EVAL", "return redis.call('SET', KEYS[1], ARGV[1])", "1", "sk", "v"}, {"EVAL", "return redis.call('GET', KEYS[1])", "1", "sk"},
+	{"EVAL", "return redis.call('GET', KEYS[1])", "1", "nosuchkey"}, {"EVAL", "return redis.call('INCRBY', KEYS[1], 5)", "1", "ck"},
+	{"EVAL", "return redis.call('INCR', KEYS[1])", "1", "sk"}, {"EVAL", "return redis.pcall('INCR', KEYS[1])", "1", "sk"},
+	{"EVAL", "local r = redis.pcall('INCR', KEYS[1]); return type(r) .. ':' .. r['err']", "1", "sk"},
+	{"EVAL", "return redis.call('HSET', KEYS[1], 'a', 1, 'b', 2)", "1", "hk"}, {"EVAL", "return redis.call('HMGET', KEYS[1], 'a', 'b', 'c')", "1", "hk"},
+	{"EVAL", "return redis.call('HGETALL', KEYS[1])", "1", "hk"}, {"EVAL", "return redis.call('PTTL', KEYS[1])", "1", "hk"},
+	{"EVAL", "return redis.call('TTL', KEYS[1])", "1", "nosuchkey"}, {"EVAL", "return redis.call('TYPE', KEYS[1])", "1", "hk"},
+	{"EVAL", "return redis.call('EXISTS', KEYS[1])", "1", "hk"}, {"EVAL", "return redis.sha1hex('abc')", "0"},
+	{"EVAL", "return tonumber(ARGV[1]) + 1", "0", "41"}, {"EVAL", "return string.format('%d-%s', 7, 'x')", "0"},
+	{"EVAL", "return math.floor(7 / 2)", "0"}, {"EVAL", "return #KEYS", "0"},
+	{"EVAL", "return 1", "-1"}, {"EVAL", "return 1", "x"}, {"EVAL", "return 1", "3", "a"}, {"EVAL"},
+	{"EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"}, {"EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"},
+	{"SCRIPT", "LOAD", "return 'loaded'"}, {"EVALSHA", "4c0bd2c8a5e11fa42c5c1d8dd2bc3a8e5fc47f89", "0"},
+	{"SCRIPT", "EXISTS", "4c0bd2c8a5e11fa42c5c1d8dd2bc3a8e5fc47f89", "ffffffffffffffffffffffffffffffffffffffff"},
+	{"EVAL_RO", "return redis.call('GET', KEYS[1])", "1", "ck"},
+	{"EVAL", "return x", "0"}, {"EVAL", "x = 1", "0"}, {"EVAL", "error('boom')", "0"},
+	{"EVAL", "return redis.call('NOSUCHCMD')", "0"}, {"EVAL", "return redis.call()", "0"}, {"EVAL", "return redis.call('GET')", "0"},
+	{"SCRIPT", "FLUSH"}, {"SCRIPT", "EXISTS", "4c0bd2c8a5e11fa42c5c1d8dd2bc3a8e5fc47f89"}, {"SCRIPT", "KILL"},
+	// a hand-written token bucket: TIME, HMGET, HSET, PEXPIRE
+	{"EVAL", tokenBucketLua, "1", "tb:alice", "10", "1", "1"}, {"EVAL", tokenBucketLua, "1", "tb:alice", "10", "1", "4"},
+	{"EVAL", tokenBucketLua, "1", "tb:alice", "10", "1", "9"}, {"HGET", "tb:alice", "tokens"},
 }
+
+// tokenBucketLua is a token bucket as applications write it by hand:
+// capacity ARGV[1], ARGV[2] tokens a second, cost ARGV[3]; it answers
+// whether the call is allowed and the tokens left. Its refill over the
+// few ms between the two servers' calls is below one token.
+const tokenBucketLua = `
+local key = KEYS[1]
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', key, 'tokens', 'ts')
+local tokens = tonumber(b[1]) or capacity
+local ts = tonumber(b[2]) or now
+tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
+local allowed = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  allowed = 1
+end
+redis.call('HSET', key, 'tokens', math.floor(tokens), 'ts', now)
+redis.call('PEXPIRE', key, math.ceil(capacity / rate * 1000))
+return {allowed, math.floor(tokens)}
+`
 
 // ttlish rounds a PTTL reply to the second, so that both servers' replies
 // compare whatever passed between the two calls.

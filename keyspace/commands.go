@@ -17,7 +17,11 @@ type Spec struct {
 	Write             bool
 	// ReplyMap: the command answers a map (RESP3), an array of pairs in
 	// RESP2.
-	ReplyMap        bool
+	ReplyMap bool
+	// ScriptOnly: scripts call it here; clients reach the server's own
+	// command of that name, which answers for buckets too (TYPE, TTL,
+	// PTTL).
+	ScriptOnly      bool
 	Summary, Syntax string
 	run             func(tx *Tx, a [][]byte) Reply
 }
@@ -62,6 +66,9 @@ var specs = []*Spec{
 	{Name: "PEXPIREAT", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1, true, "pexpireat"), Summary: "Make a key expire at a Unix time in milliseconds.", Syntax: "key unix-time-milliseconds [NX | XX | GT | LT]"},
 	{Name: "PERSIST", Arity: 2, FirstKey: 1, LastKey: 1, Write: true, run: persistCmd, Summary: "Remove a key's expiry.", Syntax: "key"},
 	{Name: "RENAME", Arity: 3, FirstKey: 1, LastKey: 2, Write: true, run: renameCmd, Summary: "Rename a key.", Syntax: "key newkey"},
+	{Name: "TTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1000), Summary: "Seconds before a key expires.", Syntax: "key"},
+	{Name: "PTTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1), Summary: "Milliseconds before a key expires.", Syntax: "key"},
+	{Name: "TYPE", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: typeCmd, Summary: "A key's type.", Syntax: "key"},
 	{Name: "HGET", Arity: 3, FirstKey: 1, LastKey: 1, run: hgetCmd, Summary: "Get a hash field's value.", Syntax: "key field"},
 	{Name: "HSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(false), Summary: "Set hash fields; the number of new fields.", Syntax: "key field value [field value ...]"},
 	{Name: "HMSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(true), Summary: "Set hash fields (as HSET, answering OK).", Syntax: "key field value [field value ...]"},
@@ -476,6 +483,32 @@ func expireCmd(unit int64, abs bool, name string) func(tx *Tx, a [][]byte) Reply
 		v.exp = when
 		return One
 	}
+}
+
+// ttlCmd is TTL (unit 1000: seconds, rounded) and PTTL.
+func ttlCmd(unit int64) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		v := tx.get(a[1])
+		switch {
+		case v == nil:
+			return IntReply(-2)
+		case v.exp == 0:
+			return IntReply(-1)
+		}
+		ms := v.exp - tx.nowMs
+		if unit == 1000 {
+			return IntReply((ms + 500) / 1000)
+		}
+		return IntReply(ms)
+	}
+}
+
+func typeCmd(tx *Tx, a [][]byte) Reply {
+	v := tx.get(a[1])
+	if v == nil {
+		return Reply{Kind: Status, Str: "none"}
+	}
+	return Reply{Kind: Status, Str: v.typ.Name()}
 }
 
 func persistCmd(tx *Tx, a [][]byte) Reply {

@@ -107,6 +107,10 @@ func (s *Store) Len() int { return int(s.keys.Load()) }
 // Bytes returns the bytes charged against the memory bound.
 func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
+// Apart reports whether commands on keys a and b can run at the same
+// time (their shards differ): a script holding a does not hold up b.
+func (s *Store) Apart(a, b []byte) bool { return s.shardOf(a) != s.shardOf(b) }
+
 func (s *Store) shardOf(key []byte) int { return int(maphash.Bytes(s.seed, key) % nShards) }
 
 // Tx is a run of commands on the locked shards of the keys they name, at

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-rl/sluice/quota"
 	"github.com/sluice-rl/sluice/raftfsm"
 	"github.com/sluice-rl/sluice/reserve"
+	"github.com/sluice-rl/sluice/script"
 	"github.com/sluice-rl/sluice/usage"
 )
 
@@ -122,6 +123,8 @@ type Service struct {
 	Relays Relays
 	// Keys holds the data commands' values (data.go); nil: none.
 	Keys *keyspace.Store
+	// Scripts runs EVAL and EVALSHA over Keys (script.go); nil: none.
+	Scripts *script.Engine
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 

@@ -51,6 +51,7 @@ type Config struct {
 	Timeout, AuthTimeout time.Duration
 	MaxBuckets           int
 	MaxDataMemory        int
+	ScriptTimeLimit      time.Duration
 	MaxQuotas            int
 	MaxReservations      int
 	ReservationTTL       time.Duration
@@ -211,6 +212,7 @@ var settings = []setting{
 	{name: "maxclients", def: "10000", usage: "maximum simultaneous client connections (also --max-clients, SLUICE_MAX_CLIENTS)", bind: num(func(c *Config) *int { return &c.MaxClients })},
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-data-memory", def: "268435456", usage: "maximum bytes of the data commands' keys and values (SET, INCR, HSET …) on this node, overheads included; a write past it, or past --max-buckets keys, is refused with Redis's OOM error", bind: num(func(c *Config) *int { return &c.MaxDataMemory })},
+	{name: "script-time-limit", def: "5s", usage: "how long one Lua script (EVAL, EVALSHA) may run before it is stopped; SCRIPT KILL stops one that has not written sooner", bind: dur(func(c *Config) *time.Duration { return &c.ScriptTimeLimit })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-reservations", def: "1000000", usage: "maximum open reservations (RL.RESERVE) on this node; one more is refused until some are settled, released or expire", bind: num(func(c *Config) *int { return &c.MaxReservations })},
 	{name: "reservation-ttl", def: "60s", usage: "how long a reservation lives when RL.RESERVE gives no TTL; it is then settled at its estimate", bind: dur(func(c *Config) *time.Duration { return &c.ReservationTTL })},
@@ -275,7 +277,7 @@ var helpGroups = []struct {
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "loading-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
-	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
+	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
 	{"Envoy", []string{"envoy-config"}},
 	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},
@@ -606,6 +608,9 @@ func (c *Config) Validate() error {
 	}
 	intRange("max-buckets", c.MaxBuckets, 1000, 1<<32)
 	intRange("max-data-memory", c.MaxDataMemory, 1<<20, 1<<40)
+	if c.ScriptTimeLimit < time.Millisecond || c.ScriptTimeLimit > time.Hour {
+		bad("script-time-limit", "must be between 1ms and 1h, got %v", c.ScriptTimeLimit)
+	}
 	intRange("max-quota-counters", c.MaxQuotas, 0, 1<<32)
 	intRange("max-key-len", c.MaxKeyLen, 16, 16<<10)
 	intRange("max-reservations", c.MaxReservations, 1, 100_000_000)

@@ -46,6 +46,7 @@ import (
 	"github.com/sluice-rl/sluice/httpapi"
 	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
+	luascript "github.com/sluice-rl/sluice/script"
 	"github.com/sluice-rl/sluice/usage"
 )
 
@@ -118,6 +119,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.svc = &limiter.Service{Store: store, Clock: s.env.Clock, Shutdown: s.shutdown,
 		Waiting: s.env.Metrics.AddWaiting, Counted: s.env.Metrics.Count, Recorder: usage.NewRecorder()}
 	s.svc.Keys = keyspace.New(keyspace.Options{MaxKeys: cfg.MaxBuckets, MaxBytes: int64(cfg.MaxDataMemory)})
+	s.svc.Scripts = luascript.New()
+	s.svc.Scripts.TimeLimit = cfg.ScriptTimeLimit
 	s.env.Service = s.svc
 	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {

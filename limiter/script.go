@@ -1,0 +1,120 @@
+package limiter
+
+import (
+	"strconv"
+
+	"github.com/sluice-rl/sluice/keyspace"
+)
+
+// Scripts: Redis's EVAL and EVALSHA over the data commands (package
+// script). A script runs where its KEYS live, holding their shards for
+// its whole run, so it is atomic with respect to them; another node
+// relays it in one hop (as EVAL with its body when this node has it, so
+// the owner need not have loaded it).
+
+// Script is one EVAL or EVALSHA call, parsed.
+type Script struct {
+	SHA  string // EVALSHA's name, or EVAL's body's SHA-1
+	Body []byte // EVAL's body; nil for EVALSHA
+	Keys [][]byte
+	Argv [][]byte
+	// ReadOnly: EVAL_RO or EVALSHA_RO, which may not write.
+	ReadOnly bool
+}
+
+var (
+	errScriptsOff   = keyspace.Errf("ERR scripts are not enabled on this node")
+	errROWrite      = keyspace.Errf("ERR Write commands are not allowed from read-only scripts.")
+	errNotInScript  = keyspace.Errf("ERR Unknown Redis command called from script")
+	errScriptArity  = keyspace.Errf("ERR Wrong number of args calling Redis command from script")
+	errKeyElsewhere = keyspace.Errf("ERR this script touched a key that lives on another node: pass every key a script touches in KEYS, with one {hash tag} when there are several")
+)
+
+// Eval runs sc at now where its keys live; relayed: another member sent
+// it here, and it runs here.
+func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
+	if s.Scripts == nil || s.Keys == nil {
+		return errScriptsOff
+	}
+	if err := s.loaded(); err != nil {
+		return keyspace.Errf(err.Error())
+	}
+	if sc.Body != nil {
+		sha, e := s.Scripts.Load(sc.Body)
+		if e.IsError() {
+			return e
+		}
+		sc.SHA = sha
+	}
+	id, self, ok := s.owner(sc.Keys)
+	switch {
+	case !ok:
+		return errKeysApart
+	case !self && !relayed && s.Relays != nil && len(sc.Keys) > 0:
+		return s.Relays.Data(id, s.relayArgs(sc))
+	}
+	tx := s.Keys.Lock(now, len(sc.Keys) == 0, sc.Keys...)
+	defer tx.Unlock()
+	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, func(args [][]byte) (keyspace.Reply, bool) {
+		sp := keyspace.Lookup(args[0])
+		if sp == nil {
+			if eqFold(args[0], "TIME") && len(args) == 1 {
+				return timeReply(now), false
+			}
+			return errNotInScript, false
+		}
+		if !sp.ArityOK(len(args)) {
+			return errScriptArity, false
+		}
+		if sc.ReadOnly && sp.Write {
+			return errROWrite, false
+		}
+		if len(sc.Keys) == 0 {
+			if _, mine, ok := s.owner(sp.Keys(args)); !ok || !mine {
+				return errKeyElsewhere, false
+			}
+		}
+		return tx.Exec(sp, args), sp.Write
+	})
+}
+
+// relayArgs writes sc as the command its keys' owner runs: EVAL with the
+// body (EVAL_RO for a read-only one) when this node has it, else EVALSHA.
+func (s *Service) relayArgs(sc *Script) [][]byte {
+	body := sc.Body
+	if body == nil {
+		body = s.Scripts.Source(sc.SHA)
+	}
+	name, code := "EVAL", body
+	if body == nil {
+		name, code = "EVALSHA", []byte(sc.SHA)
+	}
+	if sc.ReadOnly {
+		name += "_RO"
+	}
+	a := [][]byte{[]byte(name), code, []byte(strconv.Itoa(len(sc.Keys)))}
+	a = append(a, sc.Keys...)
+	return append(a, sc.Argv...)
+}
+
+func timeReply(now int64) keyspace.Reply {
+	sec, usec := now/1e9, now%1e9/1e3
+	return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{
+		keyspace.BulkString(strconv.FormatInt(sec, 10)), keyspace.BulkString(strconv.FormatInt(usec, 10))}}
+}
+
+func eqFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c := b[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}

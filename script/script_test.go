@@ -1,0 +1,165 @@
+package script
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/keyspace"
+)
+
+func load(t *testing.T, e *Engine, body string) string {
+	t.Helper()
+	sha, r := e.Load([]byte(body))
+	if r.IsError() {
+		t.Fatalf("load %q: %s", body, r.Str)
+	}
+	return sha
+}
+
+func noCall(args [][]byte) (keyspace.Reply, bool) {
+	return keyspace.Errf("ERR no commands here"), false
+}
+
+// Replies convert as Redis converts them, both ways.
+func TestConversions(t *testing.T) {
+	e := New()
+	echo := func(args [][]byte) (keyspace.Reply, bool) {
+		switch string(args[0]) {
+		case "int":
+			return keyspace.IntReply(42), false
+		case "nil":
+			return keyspace.NilReply, false
+		case "arr":
+			return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{keyspace.BulkString("a"), keyspace.NilReply}}, false
+		case "ok":
+			return keyspace.OK, false
+		}
+		return keyspace.Errf("WRONGTYPE no"), false
+	}
+	for body, want := range map[string]string{
+		"return redis.call('int') + 1":                  ":43",
+		"return redis.call('nil') == false":             ":1",
+		"local r = redis.call('arr') return {#r, r[1]}": "*[:2 $a]",
+		"return redis.call('ok')['ok']":                 "$OK",
+		"return redis.pcall('bad')['err']":              "$WRONGTYPE no",
+		"return 2.9":                                    ":2",
+		"return {1, nil, 3}":                            "*[:1]",
+		"return {err='E x'}":                            "-E x",
+		"return {ok='S'}":                               "+S",
+		"return #KEYS + #ARGV":                          ":3",
+		"return redis.sha1hex('')":                      "$da39a3ee5e6b4b0d3255bfef95601890afd80709",
+		"return redis.call('bad')":                      "-WRONGTYPE no script: ",
+		"local ok, e = pcall(function() return x end) return tostring(ok)": "$false",
+	} {
+		sha := load(t, e, body)
+		got := show(e.Run(sha, [][]byte{[]byte("k")}, [][]byte{[]byte("a"), []byte("b")}, echo))
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("%s: got %s, want %s", body, got, want)
+		}
+	}
+}
+
+func show(r keyspace.Reply) string {
+	switch r.Kind {
+	case keyspace.Int:
+		return ":" + itoa(r.Int)
+	case keyspace.Bulk:
+		return "$" + r.Str
+	case keyspace.Status:
+		return "+" + r.Str
+	case keyspace.Error:
+		return "-" + r.Str
+	case keyspace.Nil:
+		return "nil"
+	}
+	var b []string
+	for _, x := range r.Elems {
+		b = append(b, show(x))
+	}
+	return "*[" + strings.Join(b, " ") + "]"
+}
+
+func itoa(n int64) string {
+	if n < 0 {
+		return "-" + itoa(-n)
+	}
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// A script cannot escape its sandbox nor leave state for the next one.
+func TestSandbox(t *testing.T) {
+	e := New()
+	for _, body := range []string{"return os.time()", "return io.open('/etc/passwd')", "return dofile('/x')", "return loadstring('return 1')()", "x = 1"} {
+		if r := e.Run(load(t, e, body), nil, nil, noCall); !r.IsError() {
+			t.Errorf("%s: %s", body, show(r))
+		}
+	}
+	// Nothing a script does reaches the next run on the same interpreter:
+	// the library tables and the globals are read-only.
+	for _, body := range []string{"string.rep = nil", "redis.call = nil", "tonumber = nil", "redis = nil", "math.floor = function() return 0 end",
+		"KEYS = {}", "rawset(_G, 'x', 1)", "setmetatable(_G, nil)", "getmetatable('').__index.rep = nil"} {
+		if r := e.Run(load(t, e, body), nil, nil, noCall); !r.IsError() {
+			t.Errorf("%s: %s", body, show(r))
+		}
+	}
+	sha := load(t, e, "KEYS[2] = 'x' return string.rep('a', 2) .. math.floor(1.5) .. #KEYS .. tostring(redis.call ~= nil)")
+	for range 3 {
+		if got := show(e.Run(sha, [][]byte{[]byte("a")}, nil, noCall)); got != "$aa12true" {
+			t.Fatalf("a run saw what an earlier one did: %s", got)
+		}
+	}
+}
+
+// A loop is stopped at the time limit, or sooner by Kill.
+func TestLoopsAreStopped(t *testing.T) {
+	e := New()
+	e.TimeLimit = 200 * time.Millisecond
+	sha := load(t, e, "while true do end")
+	start := time.Now()
+	if r := e.Run(sha, nil, nil, noCall); !strings.HasPrefix(r.Str, "ERR Script stopped") {
+		t.Fatalf("past the limit: %s", show(r))
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("stopped after %v, before its limit", d)
+	}
+	e.TimeLimit = time.Hour
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var r keyspace.Reply
+	go func() { defer wg.Done(); r = e.Run(sha, nil, nil, noCall) }()
+	for {
+		if n, _ := e.Running(); n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if k := e.Kill(); k.Kind != keyspace.Status {
+		t.Fatalf("Kill: %s", show(k))
+	}
+	wg.Wait()
+	if !strings.HasPrefix(r.Str, "ERR Script killed by user") {
+		t.Fatalf("killed: %s", show(r))
+	}
+}
+
+// The cache refuses scripts past its bound and forgets them on Flush.
+func TestCacheBound(t *testing.T) {
+	e := New()
+	big := "return '" + strings.Repeat("x", MaxSourceBytes/2-100) + "'"
+	load(t, e, big)
+	if _, r := e.Load([]byte(big + " ")); r.IsError() {
+		t.Fatalf("second half: %s", r.Str)
+	}
+	if _, r := e.Load([]byte(big + "  ")); !r.IsError() || e.Len() != 2 {
+		t.Fatalf("past the bytes: %v, %d scripts", r, e.Len())
+	}
+	e.Flush()
+	if e.Len() != 0 || e.Bytes() != 0 {
+		t.Fatalf("after Flush: %d scripts, %d bytes", e.Len(), e.Bytes())
+	}
+}
