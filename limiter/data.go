@@ -13,6 +13,17 @@ import (
 // whose keys have different owners is refused (keys of one command
 // share an owner when they share a {hash tag}, as in Redis Cluster).
 
+// errOwnersUnsettled refuses a data command while this node's ranking of
+// the members is not the member list yet (a moment after a change): no
+// key is decided by an older list.
+var errOwnersUnsettled = keyspace.Errf("TRYAGAIN the cluster's members do not agree on the member list yet: a key's owner is not known until they do")
+
+// placed waits, in a cluster, until keys are placed over the current
+// members (ownersCurrent); false: they are not yet.
+func (s *Service) placed() bool {
+	return s.Relays == nil || s.Cluster == nil || s.ownersCurrent() == nil
+}
+
 // errKeysApart refuses a command whose keys live on different members.
 var errKeysApart = keyspace.Errf("ERR the keys of this command live on different nodes: give them one {hash tag} (as in Redis Cluster) so that they live together")
 
@@ -67,6 +78,9 @@ func (s *Service) Data(now int64, sp *keyspace.Spec, a [][]byte, relayed bool) k
 	}
 	if err := s.loaded(); err != nil {
 		return keyspace.Errf(err.Error())
+	}
+	if !relayed && !s.placed() {
+		return errOwnersUnsettled
 	}
 	id, self, ok := s.owner(sp.Keys(a))
 	switch {

@@ -46,6 +46,9 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 		}
 		sc.SHA = sha
 	}
+	if !relayed && !s.placed() {
+		return errOwnersUnsettled
+	}
 	id, self, ok := s.owner(sc.Keys)
 	switch {
 	case !ok:

@@ -13,6 +13,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -292,6 +294,18 @@ func (e *Engine) state() *lua.LState {
 		L.Call(1, 0)
 	}
 	g := L.Get(lua.GlobalsIndex).(*lua.LTable)
+	// tostring writes numbers as Lua 5.1 does (numberString).
+	base := g.RawGetString("tostring")
+	g.RawSetString("tostring", L.NewFunction(func(L *lua.LState) int {
+		if n, ok := L.Get(1).(lua.LNumber); ok {
+			L.Push(lua.LString(numberString(n)))
+			return 1
+		}
+		L.Push(base)
+		L.Push(L.Get(1))
+		L.Call(1, 1)
+		return 1
+	}))
 	for _, name := range []string{"dofile", "loadfile", "load", "loadstring", "require", "module", "collectgarbage", "newproxy", "print", "_printregs",
 		"setmetatable", "getmetatable", "rawset", "setfenv", "getfenv"} {
 		g.RawSetString(name, lua.LNil)
@@ -353,6 +367,28 @@ func readOnly(L *lua.LState, t *lua.LTable, strict bool) *lua.LTable {
 	return p
 }
 
+// argNumber writes a number a script passes to a command as Redis 7
+// does (fpconv_dtoa): the shortest digits that read back as the number,
+// without an exponent between 1e-7 and 1e21.
+func argNumber(n lua.LNumber) string {
+	f := float64(n)
+	if a := math.Abs(f); a == 0 || a >= 1e-7 && a < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// numberString writes a number as Lua 5.1 (and so Redis) does, "%.14g":
+// a script's numbers reach commands and tostring in the same digits as
+// on Redis.
+func numberString(n lua.LNumber) string {
+	f := float64(n)
+	if f == float64(int64(f)) && f > -1e15 && f < 1e15 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', 14, 64)
+}
+
 func strings2table(L *lua.LState, a [][]byte) *lua.LTable {
 	t := L.CreateTable(len(a), 0)
 	for i, s := range a {
@@ -375,7 +411,7 @@ func redisCall(L *lua.LState, raising bool) int {
 		case lua.LString:
 			args[i-1] = []byte(v)
 		case lua.LNumber:
-			args[i-1] = []byte(v.String())
+			args[i-1] = []byte(argNumber(v))
 		default:
 			raise(L, "ERR Lua redis lib command arguments must be strings or integers")
 			return 0

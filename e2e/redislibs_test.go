@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// closeDur reports whether two durations a GCRA script computed from
+// TIME differ by no more than the time between the two servers' calls.
+func closeDur(a, b time.Duration) bool { return math.Abs(float64(a-b)) <= float64(50*time.Millisecond) }
+
+// go-redis/redis_rate, unchanged, against one sluice node and one
+// redis-server side by side: its documented Allow, AllowN and AllowAtMost
+// give the same decisions and remaining counts from both, and retry and
+// reset figures within the few ms between the two calls.
+func TestRedisRateAsOnRedis(t *testing.T) {
+	ctx := context.Background()
+	redisAddr := startRedis(t)
+	p := single(t)
+	rr := redis.NewClient(&redis.Options{Addr: redisAddr, Protocol: 2})
+	rs := redis.NewClient(&redis.Options{Addr: p.Resp, Protocol: 2})
+	t.Cleanup(func() { rr.Close(); rs.Close() })
+	lr, ls := redis_rate.NewLimiter(rr), redis_rate.NewLimiter(rs)
+	limit := redis_rate.PerMinute(10)
+	type step struct {
+		name string
+		do   func(l *redis_rate.Limiter, key string) (*redis_rate.Result, error)
+	}
+	steps := []step{}
+	for range 12 {
+		steps = append(steps, step{"Allow", func(l *redis_rate.Limiter, k string) (*redis_rate.Result, error) { return l.Allow(ctx, k, limit) }})
+	}
+	steps = append(steps,
+		step{"AllowN 3", func(l *redis_rate.Limiter, k string) (*redis_rate.Result, error) {
+			return l.AllowN(ctx, k+"n", limit, 3)
+		}},
+		step{"AllowN 8", func(l *redis_rate.Limiter, k string) (*redis_rate.Result, error) {
+			return l.AllowN(ctx, k+"n", limit, 8)
+		}},
+		step{"AllowAtMost 8", func(l *redis_rate.Limiter, k string) (*redis_rate.Result, error) {
+			return l.AllowAtMost(ctx, k+"n", limit, 8)
+		}},
+		step{"AllowAtMost 5", func(l *redis_rate.Limiter, k string) (*redis_rate.Result, error) {
+			return l.AllowAtMost(ctx, k+"n", limit, 5)
+		}},
+	)
+	for i, st := range steps {
+		want, err := st.do(lr, "user:1")
+		if err != nil {
+			t.Fatalf("step %d %s on redis-server: %v", i, st.name, err)
+		}
+		got, err := st.do(ls, "user:1")
+		if err != nil {
+			t.Fatalf("step %d %s on sluice: %v", i, st.name, err)
+		}
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining || !closeDur(got.RetryAfter, want.RetryAfter) || !closeDur(got.ResetAfter, want.ResetAfter) {
+			t.Errorf("step %d %s:\n sluice %+v\n  redis %+v", i, st.name, *got, *want)
+		}
+	}
+	if err := ls.Reset(ctx, "user:1"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ls.Allow(ctx, "user:1", limit); err != nil || res.Remaining != 9 {
+		t.Fatalf("after Reset: %+v %v", res, err)
+	}
+}
+
+// Three instances of redis_rate, each connected to a different node of a
+// cluster, share one limit: calls interleaved across them admit exactly
+// the limit, as one Redis would.
+func TestRedisRateExactAcrossThreeNodes(t *testing.T) {
+	ctx := context.Background()
+	ms, _ := threeNodes(t)
+	var ls []*redis_rate.Limiter
+	for _, m := range ms {
+		c := redis.NewClient(&redis.Options{Addr: m.resp, Protocol: 2, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		ls = append(ls, redis_rate.NewLimiter(c))
+	}
+	limit := redis_rate.PerHour(50)
+	admitted, retries := 0, 0
+	for i := 0; i < 90; {
+		res, err := ls[i%3].Allow(ctx, "api:key", limit)
+		if err != nil {
+			// TRYAGAIN (an election, a member list not agreed on yet):
+			// the call was not decided; ask again, a bounded number of
+			// times.
+			if retries++; retries > 500 {
+				t.Fatalf("call %d through %s: %v (after %d retries)", i, ms[i%3].id, err, retries)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		admitted += res.Allowed
+		i++
+	}
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 90 calls through three nodes, limit 50", admitted)
+	}
+}
