@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,5 +105,63 @@ func TestRedisRateExactAcrossThreeNodes(t *testing.T) {
 	}
 	if admitted != 50 {
 		t.Fatalf("admitted %d of 90 calls through three nodes, limit 50", admitted)
+	}
+}
+
+// rate-limiter-flexible and rate-limit-redis (npm, SLUICE_NODE_MODULES),
+// unchanged, against one sluice node and one redis-server: every call
+// (consume, get, penalty, reward, delete, block; increment, decrement,
+// resetKey) answers the same from both, times to the second.
+func TestNodeRedisLibrariesAsOnRedis(t *testing.T) {
+	run := nodeLibraries(t)
+	redisAddr := startRedis(t)
+	p := single(t)
+	want, got := run("SLUICE_PORT="+port(redisAddr)), run("SLUICE_PORT="+port(p.Resp))
+	if got != want {
+		t.Fatalf("the libraries' answers differ:\n sluice %s\n  redis %s", got, want)
+	}
+	t.Logf("both answered %s", got)
+}
+
+// nodeLibraries returns a function that runs testdata/redislibs.js with
+// an environment variable, and its output.
+func nodeLibraries(t *testing.T) func(env string) string {
+	t.Helper()
+	node, dir := nodeModules(t)
+	for _, pkg := range []string{"rate-limiter-flexible", "rate-limit-redis"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			msg := "npm package " + pkg + " is not installed in SLUICE_NODE_MODULES (.ci/run installs it)"
+			if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	return func(env string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, "testdata/redislibs.js")
+		cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"), env)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.Contains(string(out), "FAIL") {
+			t.Fatalf("redislibs.js with %s: %v\n%s", env, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+}
+
+// Three instances of rate-limiter-flexible and of rate-limit-redis, each
+// connected to a different node, share one limit of 50 exactly: 90 calls
+// interleaved across them admit 50 (fixed windows, as both count).
+func TestNodeRedisLibrariesExactAcrossThreeNodes(t *testing.T) {
+	run := nodeLibraries(t)
+	ms, _ := threeNodes(t)
+	var ports []string
+	for _, m := range ms {
+		ports = append(ports, port(m.resp))
+	}
+	if got := run("SLUICE_PORTS=" + strings.Join(ports, ",")); got != `{"flexible":50,"redisStore":50}` {
+		t.Fatalf("admitted through three nodes: %s (want 50 of each)", got)
 	}
 }
