@@ -40,6 +40,8 @@ func (ctx *Ctx) writeData(r keyspace.Reply) {
 	switch r.Kind {
 	case keyspace.Nil:
 		ctx.WriteNull()
+	case keyspace.NilArray:
+		ctx.WriteNullArray()
 	case keyspace.Status:
 		c.WriteString(r.Str)
 	case keyspace.Error:

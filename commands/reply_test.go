@@ -263,6 +263,21 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 		{"HGETALL dh", mapv{blk("a"), blk("3"), blk("b"), blk("2.5")}},
 		{"GET dh", errv("WRONGTYPE Operation against a key holding the wrong kind of value")},
 		{"TYPE dh", sstr("hash")},
+		{"RPUSH dl b c", num(2)},
+		{"LPUSH dl a", num(3)},
+		{"LLEN dl", num(3)},
+		{"LINDEX dl -1", blk("c")},
+		{"LRANGE dl 0 -1", arr{blk("a"), blk("b"), blk("c")}},
+		{"LTRIM dl 0 1", sstr("OK")},
+		{"LPOP dl", blk("a")},
+		{"RPOP dl 5", arr{blk("b")}},
+		{"RPOP dl", nul{}},
+		{"RPOP dl 2", byp(func(p int) rv {
+			if p == 3 {
+				return nul{}
+			}
+			return rex(`^\*-1\r\n$`)
+		})},
 		{"EVAL return(7) 0", num(7)},
 		{"EVAL return{1,'a',false} 0", arr{num(1), blk("a"), nul{}}},
 		{"EVALSHA ffffffffffffffffffffffffffffffffffffffff 0", errv("NOSCRIPT No matching script. Please use EVAL.")},

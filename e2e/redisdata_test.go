@@ -76,6 +76,15 @@ var dataConformance = [][]string{
 	{"TYPE", "h"}, {"GET", "h"}, {"INCR", "h"}, {"HGET", "r2", "a"}, {"HSET", "r2", "a", "1"},
 	{"HDEL", "h", "b", "c", "d", "new", "s", "fl"}, {"EXISTS", "h"}, {"HDEL", "nosuch", "a"},
 
+	// lists
+	{"LPUSH", "l", "a", "b", "c"}, {"RPUSH", "l", "d", "e"}, {"LRANGE", "l", "0", "-1"}, {"LLEN", "l"}, {"LLEN", "nosuch"},
+	{"LINDEX", "l", "0"}, {"LINDEX", "l", "-1"}, {"LINDEX", "l", "99"}, {"LINDEX", "l", "x"}, {"LINDEX", "nosuch", "0"},
+	{"LRANGE", "l", "1", "2"}, {"LRANGE", "l", "-2", "-1"}, {"LRANGE", "l", "3", "1"}, {"LRANGE", "l", "-100", "100"}, {"LRANGE", "l", "9", "10"},
+	{"LRANGE", "nosuch", "0", "-1"}, {"LRANGE", "l", "a", "1"}, {"LTRIM", "l", "0", "2"}, {"LRANGE", "l", "0", "-1"},
+	{"LPOP", "l"}, {"RPOP", "l"}, {"LPUSH", "l", "x", "y", "z"}, {"LPOP", "l", "2"}, {"RPOP", "l", "2"}, {"LPOP", "l", "0"}, {"LPOP", "l", "-1"},
+	{"LPOP", "nosuch"}, {"LPOP", "nosuch", "2"}, {"RPOP", "l", "9"}, {"EXISTS", "l"}, {"RPUSH", "l", "1"}, {"LTRIM", "l", "5", "9"}, {"EXISTS", "l"},
+	{"LPUSH", "s", "x"}, {"TYPE", "l"}, {"RPUSH", "l2", "a"}, {"TYPE", "l2"}, {"GET", "l2"}, {"LPUSH"}, {"LPUSH", "l2"},
+
 	// scripts: conversions both ways, KEYS and ARGV, errors
 	{"EVAL", "return 1", "0"}, {"EVAL", "return 3.99", "0"}, {"EVAL", "return -2.5", "0"}, {"EVAL", "return 'x'", "0"},
 	{"EVAL", "return true", "0"}, {"EVAL", "return false", "0"}, {"EVAL", "return nil", "0"},
@@ -89,7 +98,8 @@ var dataConformance = [][]string{
 	{"EVAL", "return redis.call('HSET', KEYS[1], 'a', 1, 'b', 2)", "1", "hk"}, {"EVAL", "return redis.call('HMGET', KEYS[1], 'a', 'b', 'c')", "1", "hk"},
 	{"EVAL", "return redis.call('HGETALL', KEYS[1])", "1", "hk"}, {"EVAL", "return redis.call('PTTL', KEYS[1])", "1", "hk"},
 	{"EVAL", "return redis.call('TTL', KEYS[1])", "1", "nosuchkey"}, {"EVAL", "return redis.call('TYPE', KEYS[1])", "1", "hk"},
-	{"EVAL", "return redis.call('EXISTS', KEYS[1])", "1", "hk"}, {"EVAL", "return redis.sha1hex('abc')", "0"},
+	{"EVAL", "return redis.call('EXISTS', KEYS[1])", "1", "hk"},
+	{"EVAL", "redis.call('LPUSH', KEYS[1], 1, 2, 3) redis.call('LTRIM', KEYS[1], 0, 1) return redis.call('LRANGE', KEYS[1], 0, -1)", "1", "lk"}, {"EVAL", "return redis.sha1hex('abc')", "0"},
 	{"EVAL", "return tonumber(ARGV[1]) + 1", "0", "41"}, {"EVAL", "return string.format('%d-%s', 7, 'x')", "0"},
 	{"EVAL", "return math.floor(7 / 2)", "0"}, {"EVAL", "return #KEYS", "0"},
 	{"EVAL", "return 1", "-1"}, {"EVAL", "return 1", "x"}, {"EVAL", "return 1", "3", "a"}, {"EVAL"},

@@ -69,6 +69,14 @@ var specs = []*Spec{
 	{Name: "TTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1000), Summary: "Seconds before a key expires.", Syntax: "key"},
 	{Name: "PTTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1), Summary: "Milliseconds before a key expires.", Syntax: "key"},
 	{Name: "TYPE", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: typeCmd, Summary: "A key's type.", Syntax: "key"},
+	{Name: "LPUSH", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: pushCmd(true), Summary: "Add elements at a list's head.", Syntax: "key element [element ...]"},
+	{Name: "RPUSH", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: pushCmd(false), Summary: "Add elements at a list's tail.", Syntax: "key element [element ...]"},
+	{Name: "LPOP", Arity: -2, FirstKey: 1, LastKey: 1, Write: true, run: popCmd(true), Summary: "Remove and return elements from a list's head.", Syntax: "key [count]"},
+	{Name: "RPOP", Arity: -2, FirstKey: 1, LastKey: 1, Write: true, run: popCmd(false), Summary: "Remove and return elements from a list's tail.", Syntax: "key [count]"},
+	{Name: "LLEN", Arity: 2, FirstKey: 1, LastKey: 1, run: llenCmd, Summary: "A list's length.", Syntax: "key"},
+	{Name: "LINDEX", Arity: 3, FirstKey: 1, LastKey: 1, run: lindexCmd, Summary: "A list's element by index.", Syntax: "key index"},
+	{Name: "LRANGE", Arity: 4, FirstKey: 1, LastKey: 1, run: lrangeCmd, Summary: "A range of a list's elements.", Syntax: "key start stop"},
+	{Name: "LTRIM", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: ltrimCmd, Summary: "Keep only a range of a list's elements.", Syntax: "key start stop"},
 	{Name: "HGET", Arity: 3, FirstKey: 1, LastKey: 1, run: hgetCmd, Summary: "Get a hash field's value.", Syntax: "key field"},
 	{Name: "HSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(false), Summary: "Set hash fields; the number of new fields.", Syntax: "key field value [field value ...]"},
 	{Name: "HMSET", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: hsetCmd(true), Summary: "Set hash fields (as HSET, answering OK).", Syntax: "key field value [field value ...]"},
@@ -757,4 +765,198 @@ func hgetallCmd(tx *Tx, a [][]byte) Reply {
 		out.Elems = append(out.Elems, BulkString(f), BulkReply(v.hash[f]))
 	}
 	return out
+}
+
+// --- lists ---------------------------------------------------------------
+
+func (tx *Tx) listOf(key []byte) (*value, Reply, bool) {
+	v := tx.get(key)
+	if v != nil && v.typ != TypeList {
+		return nil, ErrWrongType, false
+	}
+	return v, Reply{}, true
+}
+
+func pushCmd(head bool) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		v, e, ok := tx.listOf(a[1])
+		if !ok {
+			return e
+		}
+		add := make([][]byte, 0, len(a)-2)
+		for _, x := range a[2:] {
+			add = append(add, append([]byte(nil), x...))
+		}
+		if v == nil {
+			l := add
+			if head {
+				l = reversed(add)
+			}
+			if !tx.put(a[1], &value{typ: TypeList, list: l}) {
+				return ErrOOM
+			}
+			return IntReply(int64(len(l)))
+		}
+		old := v.list
+		if head {
+			v.list = append(reversed(add), old...)
+		} else {
+			v.list = append(old[:len(old):len(old)], add...)
+		}
+		if !tx.resize(a[1], v) {
+			v.list = old
+			return ErrOOM
+		}
+		return IntReply(int64(len(v.list)))
+	}
+}
+
+func reversed(a [][]byte) [][]byte {
+	out := make([][]byte, len(a))
+	for i, x := range a {
+		out[len(a)-1-i] = x
+	}
+	return out
+}
+
+func popCmd(head bool) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		if len(a) > 3 {
+			return ErrSyntax
+		}
+		count, counted := int64(1), len(a) == 3
+		if counted {
+			n, ok := ParseInt(a[2])
+			if !ok || n < 0 {
+				return Errf("ERR value is out of range, must be positive")
+			}
+			count = n
+		}
+		v, e, ok := tx.listOf(a[1])
+		if !ok {
+			return e
+		}
+		if v == nil {
+			if counted {
+				return Reply{Kind: NilArray}
+			}
+			return NilReply
+		}
+		n := min(int(count), len(v.list))
+		var got [][]byte
+		if head {
+			got, v.list = v.list[:n], v.list[n:]
+		} else {
+			got, v.list = reversed(v.list[len(v.list)-n:]), v.list[:len(v.list)-n]
+		}
+		if len(v.list) == 0 {
+			tx.del(a[1])
+		} else {
+			tx.resize(a[1], v) // smaller: always fits
+		}
+		if !counted {
+			return BulkReply(got[0])
+		}
+		out := Reply{Kind: Array, Elems: make([]Reply, len(got))}
+		for i, x := range got {
+			out.Elems[i] = BulkReply(x)
+		}
+		return out
+	}
+}
+
+func llenCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.listOf(a[1])
+	if !ok {
+		return e
+	}
+	if v == nil {
+		return Zero
+	}
+	return IntReply(int64(len(v.list)))
+}
+
+func lindexCmd(tx *Tx, a [][]byte) Reply {
+	i, ok := ParseInt(a[2])
+	if !ok {
+		return ErrNotInt
+	}
+	v, e, ok := tx.listOf(a[1])
+	if !ok {
+		return e
+	}
+	if v == nil {
+		return NilReply
+	}
+	if i < 0 {
+		i += int64(len(v.list))
+	}
+	if i < 0 || i >= int64(len(v.list)) {
+		return NilReply
+	}
+	return BulkReply(v.list[i])
+}
+
+// span resolves Redis's start and stop (negative from the end, clamped)
+// over n elements; empty when nothing is in range.
+func span(start, stop int64, n int) (lo, hi int, empty bool) {
+	if start < 0 {
+		start += int64(n)
+	}
+	if stop < 0 {
+		stop += int64(n)
+	}
+	start = max(start, 0)
+	if start > stop || start >= int64(n) {
+		return 0, 0, true
+	}
+	stop = min(stop, int64(n)-1)
+	return int(start), int(stop), false
+}
+
+func lrangeCmd(tx *Tx, a [][]byte) Reply {
+	start, ok1 := ParseInt(a[2])
+	stop, ok2 := ParseInt(a[3])
+	if !ok1 || !ok2 {
+		return ErrNotInt
+	}
+	v, e, ok := tx.listOf(a[1])
+	if !ok {
+		return e
+	}
+	out := Reply{Kind: Array}
+	if v == nil {
+		return out
+	}
+	lo, hi, empty := span(start, stop, len(v.list))
+	if empty {
+		return out
+	}
+	for _, x := range v.list[lo : hi+1] {
+		out.Elems = append(out.Elems, BulkReply(x))
+	}
+	return out
+}
+
+func ltrimCmd(tx *Tx, a [][]byte) Reply {
+	start, ok1 := ParseInt(a[2])
+	stop, ok2 := ParseInt(a[3])
+	if !ok1 || !ok2 {
+		return ErrNotInt
+	}
+	v, e, ok := tx.listOf(a[1])
+	if !ok {
+		return e
+	}
+	if v == nil {
+		return OK
+	}
+	lo, hi, empty := span(start, stop, len(v.list))
+	if empty {
+		tx.del(a[1])
+		return OK
+	}
+	v.list = append([][]byte(nil), v.list[lo:hi+1]...)
+	tx.resize(a[1], v) // smaller: always fits
+	return OK
 }

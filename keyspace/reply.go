@@ -14,6 +14,9 @@ const (
 	Array              // *n; a null array is Nil
 	// Map is an array of field, value pairs, a map in RESP3 (HGETALL).
 	Map
+	// NilArray is a null array (*-1; RESP3: null), as LPOP key count
+	// answers for a missing key.
+	NilArray
 )
 
 // Reply is a command's answer in Redis's types: what the RESP front

@@ -22,11 +22,12 @@ type Type uint8
 const (
 	TypeString Type = iota + 1
 	TypeHash
+	TypeList
 )
 
 // TypeOf is the type TYPE names name ("string", "hash"), or 0.
 func TypeOf(name string) Type {
-	for t := TypeString; t <= TypeHash; t++ {
+	for t := TypeString; t <= TypeList; t++ {
 		if t.Name() == name {
 			return t
 		}
@@ -44,6 +45,8 @@ func (t Type) Name() string {
 		return "string"
 	case TypeHash:
 		return "hash"
+	case TypeList:
+		return "list"
 	}
 	return "none"
 }
@@ -55,6 +58,7 @@ type value struct {
 	// order is the hash's fields in the order they were added, the order
 	// Redis lists a small hash in.
 	order []string
+	list  [][]byte // a list's elements, head first
 	// exp is when the key expires, in Unix ms; 0: never.
 	exp  int64
 	size int64 // bytes charged against the memory bound
@@ -222,6 +226,9 @@ func (v *value) footprint(keyLen int) int64 {
 	n := int64(keyLen + keyOverhead + len(v.str))
 	for f, x := range v.hash {
 		n += int64(len(f) + len(x) + fieldOverhead)
+	}
+	for _, x := range v.list {
+		n += int64(len(x) + fieldOverhead)
 	}
 	return n
 }

@@ -204,7 +204,7 @@ func dataReply(rep Reply) keyspace.Reply {
 		return keyspace.BulkString(rep.Str)
 	}
 	if rep.Null {
-		return keyspace.NilReply
+		return keyspace.Reply{Kind: keyspace.NilArray}
 	}
 	out := keyspace.Reply{Kind: keyspace.Array, Elems: make([]keyspace.Reply, len(rep.Elems))}
 	for i, e := range rep.Elems {

@@ -475,7 +475,7 @@ func toLua(L *lua.LState, r keyspace.Reply) lua.LValue {
 		return lua.LNumber(r.Int)
 	case keyspace.Bulk:
 		return lua.LString(r.Str)
-	case keyspace.Nil:
+	case keyspace.Nil, keyspace.NilArray:
 		return lua.LFalse
 	case keyspace.Status:
 		t := L.NewTable()
