@@ -165,3 +165,52 @@ func TestNodeRedisLibrariesExactAcrossThreeNodes(t *testing.T) {
 		t.Fatalf("admitted through three nodes: %s (want 50 of each)", got)
 	}
 }
+
+// runLimits runs testdata/limits_py.py (Python's limits, from Debian's
+// python3-limits) with an environment variable, and returns its output.
+func runLimits(t *testing.T, env string) string {
+	t.Helper()
+	py := python(t)
+	if err := exec.Command(py, "-c", "import limits").Run(); err != nil {
+		msg := "Python's limits and redis-py are not installed (apt-get install python3-limits python3-redis; .ci/run does)"
+		if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "testdata/limits_py.py")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("limits_py.py with %s: %v\n%s", env, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Python's limits (slowapi's and Flask-Limiter's engine), unchanged,
+// against one sluice node and one redis-server: its fixed and moving
+// windows' hits, tests, window stats and clears answer the same.
+func TestPythonLimitsAsOnRedis(t *testing.T) {
+	redisAddr := startRedis(t)
+	p := single(t)
+	want, got := runLimits(t, "SLUICE_PORT="+port(redisAddr)), runLimits(t, "SLUICE_PORT="+port(p.Resp))
+	if got != want {
+		t.Fatalf("limits answered differently:\n sluice %s\n  redis %s", got, want)
+	}
+	t.Logf("both answered %s", got)
+}
+
+// Three instances of limits, each on a different node, share one limit
+// of 50 exactly, for the fixed and the moving window.
+func TestPythonLimitsExactAcrossThreeNodes(t *testing.T) {
+	ms, _ := threeNodes(t)
+	var ports []string
+	for _, m := range ms {
+		ports = append(ports, port(m.resp))
+	}
+	if got := runLimits(t, "SLUICE_PORTS="+strings.Join(ports, ",")); got != `{"fixed": 50, "moving": 50}` {
+		t.Fatalf("admitted through three nodes: %s (want 50 of each)", got)
+	}
+}

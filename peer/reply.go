@@ -59,11 +59,11 @@ func parseValue(b []byte, depth int) (Reply, []byte, bool) {
 	case '$':
 		n, err := strconv.Atoi(string(line))
 		switch {
-		case err != nil || n < -1 || n > len(rest)-2:
-			return Reply{}, nil, false
-		case n == -1:
+		case err == nil && n == -1:
 			r.Null = true
 			return r, rest, true
+		case err != nil || n < -1 || n > len(rest)-2:
+			return Reply{}, nil, false
 		case rest[n] != '\r' || rest[n+1] != '\n':
 			return Reply{}, nil, false
 		}

@@ -21,6 +21,11 @@ func TestParseReply(t *testing.T) {
 	if _, err := outcome(rep, 7); fault.Code(err) != "ERR" {
 		t.Fatalf("six fields read as seven: %v", err)
 	}
+	for _, null := range []string{"$-1\r\n", "*-1\r\n"} {
+		if rep, err := ParseReply([]byte(null)); err != nil || !rep.Null {
+			t.Fatalf("%q → %+v %v", null, rep, err)
+		}
+	}
 	if rep, err := ParseReply([]byte(":0\r\n")); err != nil || rep.Kind != ':' || rep.Int != 0 {
 		t.Fatalf(":0 → %+v %v", rep, err)
 	}

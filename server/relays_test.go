@@ -154,6 +154,12 @@ func TestDataCommandsRunWhereTheirKeyLives(t *testing.T) {
 			t.Errorf("%s holds %d keys; the owner of hits is %s", id, n, owner)
 		}
 	}
+	// A missing key answers nil through every node (a relayed null).
+	for i, c := range cs {
+		if got := c.Do("GET", "nosuch"); got != "nil" {
+			t.Fatalf("GET of a missing key through %s: %s", ids[i], got)
+		}
+	}
 	if got := cs[1].Do("EXPIRE", "hits", "100"); got != "1" {
 		t.Fatalf("EXPIRE through d2: %s", got)
 	}
