@@ -44,6 +44,7 @@ var dataConformance = [][]string{
 	{"GET", "s"}, {"SET", "s", "v"}, {"GET", "s"}, {"SET", "s", "w", "NX"}, {"SET", "s", "w", "XX"}, {"GET", "s"},
 	{"SET", "s", "x", "GET"}, {"SET", "nosuch", "x", "XX", "GET"}, {"SET", "s", "y", "NX", "GET"},
 	{"SET", "s", "v", "EX", "0"}, {"SET", "s", "v", "EX", "-5"}, {"SET", "s", "v", "EX", "x"}, {"SET", "s", "v", "PX", "100", "EX", "5"},
+	{"SET", "s", "v", "EX", "10", "EX", "20"}, {"TTL", "s"}, {"SET", "s", "v", "EX", "10", "PX", "20"}, {"SET", "s", "v", "PX", "10", "KEEPTTL"},
 	{"SET", "s", "v", "NX", "XX"}, {"SET", "s", "v", "KEEPTTL", "EX", "5"}, {"SET", "s", "v", "BOGUS"}, {"SET", "s"},
 	{"SET", "s", "v", "EX", "100"}, {"TTL", "s"}, {"SET", "s", "v2", "KEEPTTL"}, {"TTL", "s"}, {"SET", "s", "v3"}, {"TTL", "s"},
 	{"SET", "s", "v", "PX", "100000"}, {"PTTL", "s"}, {"SET", "s", "v", "EXAT", "99999999999"}, {"TTL", "s"},
@@ -55,6 +56,8 @@ var dataConformance = [][]string{
 	{"SET", "t", "+7"}, {"INCR", "t"}, {"SET", "t", "-0"}, {"INCR", "t"}, {"INCRBY", "c", "01"},
 	{"INCRBYFLOAT", "f", "1.5"}, {"INCRBYFLOAT", "f", "0.25"}, {"INCRBYFLOAT", "f", "x"}, {"INCRBYFLOAT", "f", "-1.75"}, {"GET", "f"},
 	{"INCRBYFLOAT", "f", "3e2"}, {"INCR", "f"}, {"INCRBYFLOAT", "c", "0.5"},
+	{"INCRBYFLOAT", "g", "0.1"}, {"INCRBYFLOAT", "g", "0.2"}, {"INCRBYFLOAT", "g", "1e20"}, {"HSET", "hf", "a", "1"}, {"INCRBYFLOAT", "hf", "x"},
+	{"HINCRBYFLOAT", "hf", "a", "inf"}, {"HINCRBYFLOAT", "hf", "a", "0.1"}, {"HINCRBYFLOAT", "hf", "a", "0.2"},
 	{"INCR", "a", "b"}, {"GET"},
 	// keys and expiry
 	{"DEL", "s", "n", "nosuch", "n"}, {"EXISTS", "c", "c", "nosuch"}, {"UNLINK", "c"}, {"EXISTS", "c"},
@@ -82,7 +85,7 @@ var dataConformance = [][]string{
 	{"LRANGE", "l", "1", "2"}, {"LRANGE", "l", "-2", "-1"}, {"LRANGE", "l", "3", "1"}, {"LRANGE", "l", "-100", "100"}, {"LRANGE", "l", "9", "10"},
 	{"LRANGE", "nosuch", "0", "-1"}, {"LRANGE", "l", "a", "1"}, {"LTRIM", "l", "0", "2"}, {"LRANGE", "l", "0", "-1"},
 	{"LPOP", "l"}, {"RPOP", "l"}, {"LPUSH", "l", "x", "y", "z"}, {"LPOP", "l", "2"}, {"RPOP", "l", "2"}, {"LPOP", "l", "0"}, {"LPOP", "l", "-1"},
-	{"LPOP", "nosuch"}, {"LPOP", "nosuch", "2"}, {"RPOP", "l", "9"}, {"EXISTS", "l"}, {"RPUSH", "l", "1"}, {"LTRIM", "l", "5", "9"}, {"EXISTS", "l"},
+	{"LPOP", "nosuch"}, {"LPOP", "nosuch", "2"}, {"LPOP", "l", "1", "2"}, {"LPOP", "l", "abc"}, {"RPOP", "l", "9"}, {"EXISTS", "l"}, {"RPUSH", "l", "1"}, {"LTRIM", "l", "5", "9"}, {"EXISTS", "l"},
 	{"LPUSH", "s", "x"}, {"TYPE", "l"}, {"RPUSH", "l2", "a"}, {"TYPE", "l2"}, {"GET", "l2"}, {"LPUSH"}, {"LPUSH", "l2"},
 
 	// scripts: conversions both ways, KEYS and ARGV, errors

@@ -225,31 +225,35 @@ func setCmd(tx *Tx, a [][]byte) Reply {
 	var nx, xx, get, keep bool
 	var exp int64
 	expSet := false
+	kind := "" // the expiry option given: it may be given again (the last wins), not with another
 	for i := 3; i < len(a); i++ {
 		o := a[i]
 		unit := int64(0)
 		abs := false
+		name := strings.ToUpper(string(o))
+		free := !keep && (kind == "" || kind == name) && i+1 < len(a)
 		switch {
-		case eq(o, "NX") && !xx:
+		case name == "NX" && !xx:
 			nx = true
-		case eq(o, "XX") && !nx:
+		case name == "XX" && !nx:
 			xx = true
-		case eq(o, "GET"):
+		case name == "GET":
 			get = true
-		case eq(o, "KEEPTTL") && !expSet:
+		case name == "KEEPTTL" && !expSet:
 			keep = true
-		case eq(o, "EX") && !keep && !expSet && i+1 < len(a):
+		case name == "EX" && free:
 			unit = 1000
-		case eq(o, "PX") && !keep && !expSet && i+1 < len(a):
+		case name == "PX" && free:
 			unit = 1
-		case eq(o, "EXAT") && !keep && !expSet && i+1 < len(a):
+		case name == "EXAT" && free:
 			unit, abs = 1000, true
-		case eq(o, "PXAT") && !keep && !expSet && i+1 < len(a):
+		case name == "PXAT" && free:
 			unit, abs = 1, true
 		default:
 			return ErrSyntax
 		}
 		if unit != 0 {
+			kind = name
 			i++
 			n, ok := ParseInt(a[i])
 			if !ok {
@@ -376,10 +380,6 @@ func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
 }
 
 func incrFloatCmd(tx *Tx, a [][]byte) Reply {
-	d, ok := parseFloat(a[2])
-	if !ok {
-		return ErrNotFloat
-	}
 	v, e, ok := tx.str(a[1])
 	if !ok {
 		return e
@@ -389,6 +389,10 @@ func incrFloatCmd(tx *Tx, a [][]byte) Reply {
 		if cur, ok = parseFloat(v.str); !ok {
 			return ErrNotFloat
 		}
+	}
+	d, ok := parseFloat(a[2])
+	if !ok {
+		return ErrNotFloat
 	}
 	cur += d
 	if math.IsNaN(cur) || math.IsInf(cur, 0) {
@@ -536,11 +540,19 @@ func renameCmd(tx *Tx, a [][]byte) Reply {
 	if string(a[1]) == string(a[2]) {
 		return OK
 	}
+	// The bounds are checked before anything moves: a refused RENAME
+	// leaves both keys as they were.
+	size := v.footprint(len(a[2]))
+	freed := v.size
+	if old := tx.get(a[2]); old != nil {
+		freed += old.size
+	}
+	if !tx.room(false, size-freed) {
+		return ErrOOM
+	}
 	tx.del(a[2])
 	tx.del(a[1])
-	if !tx.put(a[2], v) {
-		return ErrOOM // cannot happen: the new key replaces the old one
-	}
+	tx.put(a[2], v) // fits: checked above
 	return OK
 }
 
@@ -697,6 +709,9 @@ func hincrbyfloatCmd(tx *Tx, a [][]byte) Reply {
 	if !ok {
 		return ErrNotFloat
 	}
+	if math.IsInf(d, 0) {
+		return Errf("ERR value is NaN or Infinity")
+	}
 	v, e, ok := tx.hash(a[1])
 	if !ok {
 		return e
@@ -822,7 +837,7 @@ func reversed(a [][]byte) [][]byte {
 func popCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 	return func(tx *Tx, a [][]byte) Reply {
 		if len(a) > 3 {
-			return ErrSyntax
+			return WrongArity(map[bool]string{true: "lpop", false: "rpop"}[head])
 		}
 		count, counted := int64(1), len(a) == 3
 		if counted {

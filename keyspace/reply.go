@@ -70,6 +70,15 @@ func boolReply(ok bool) Reply {
 // IsError reports whether r is an error reply.
 func (r Reply) IsError() bool { return r.Kind == Error }
 
-// formatFloat writes f as Redis writes INCRBYFLOAT's result: the shortest
-// decimal that reads back as f, without an exponent.
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// formatFloat writes f as Redis writes INCRBYFLOAT's result, which it
+// computes in long double and prints with 17 decimals, trailing zeros
+// trimmed: in float64, rounding to 15 significant digits first gives the
+// same text for the sums of short decimals libraries add (0.1 + 0.2 is
+// 0.3, as Redis answers); no exponent.
+func formatFloat(f float64) string {
+	r, err := strconv.ParseFloat(strconv.FormatFloat(f, 'g', 15, 64), 64)
+	if err != nil {
+		r = f
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}

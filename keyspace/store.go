@@ -123,7 +123,14 @@ type Tx struct {
 	s      *Store
 	locked uint64 // bit i: shard i is held
 	nowMs  int64
+	// only, when set (Only), are the keys the transaction may touch.
+	only    [][]byte
+	limited bool
 }
+
+// Only limits the transaction to keys (a script's declared KEYS; none:
+// no key at all), whatever else its shards hold.
+func (tx *Tx) Only(keys [][]byte) { tx.only, tx.limited = keys, true }
 
 // Lock locks the shards of keys (all shards when all is true) in order
 // and returns the transaction that runs commands on them at now (Unix ns).
@@ -150,8 +157,22 @@ func (tx *Tx) Unlock() {
 	tx.locked = 0
 }
 
-// Holds reports whether the transaction may touch key.
-func (tx *Tx) Holds(key []byte) bool { return tx.locked&(1<<tx.s.shardOf(key)) != 0 }
+// Holds reports whether the transaction may touch key: its shard is
+// held and, after Only, it is one of the keys named there.
+func (tx *Tx) Holds(key []byte) bool {
+	if tx.locked&(1<<tx.s.shardOf(key)) == 0 {
+		return false
+	}
+	if !tx.limited {
+		return true
+	}
+	for _, k := range tx.only {
+		if string(k) == string(key) {
+			return true
+		}
+	}
+	return false
+}
 
 // get returns key's live value, removing it if it has expired.
 func (tx *Tx) get(key []byte) *value {
@@ -260,6 +281,26 @@ func (s *Store) Sweep(now int64, n int) int {
 		sh.mu.Unlock()
 	}
 	return removed
+}
+
+// DropIf removes every key for which drop is true (keys this node no
+// longer keeps), a shard at a time, and returns how many it removed.
+func (s *Store) DropIf(drop func(key []byte) bool) int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, v := range sh.m {
+			if drop([]byte(k)) {
+				delete(sh.m, k)
+				s.keys.Add(-1)
+				s.bytes.Add(-v.size)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // KeyInfo is what the keyspace commands (TYPE, TTL, SCAN) see of a key.

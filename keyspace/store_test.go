@@ -146,3 +146,20 @@ func TestParseInt(t *testing.T) {
 		}
 	}
 }
+
+// A RENAME the bounds refuse leaves both keys as they were.
+func TestRefusedRenameKeepsTheKey(t *testing.T) {
+	s := New(Options{MaxBytes: 1000})
+	run(s, 0, "SET", "a", strings.Repeat("v", 800))
+	long := strings.Repeat("k", 300)
+	if r := run(s, 0, "RENAME", "a", long); r.Str != ErrOOM.Str {
+		t.Fatalf("RENAME past the bytes: %s", show(r))
+	}
+	if r := run(s, 0, "GET", "a"); r.Kind != Bulk || len(r.Str) != 800 || s.Len() != 1 {
+		t.Fatalf("after a refused RENAME: %s, %d keys", show(r), s.Len())
+	}
+	before := s.Bytes()
+	if r := run(s, 0, "RENAME", "a", "b"); r.Kind != Status || s.Bytes() != before || s.Len() != 1 {
+		t.Fatalf("RENAME to a key as long: %s, %d bytes (was %d)", show(r), s.Bytes(), before)
+	}
+}

@@ -112,3 +112,22 @@ func (s *Service) DataInfo(now int64, key []byte, relayed bool) (keyspace.KeyInf
 	}
 	return s.Keys.Info(now, key)
 }
+
+// DropMovedKeys removes the keys this node keeps but no longer owns, once
+// the store's member list has changed since the last call: a key whose
+// owner changed starts again from empty at its new owner, and the old
+// value here must not come back should the key return. The node calls it
+// every second.
+func (s *Service) DropMovedKeys() int {
+	if s.Keys == nil || s.Relays == nil {
+		return 0
+	}
+	view := s.Store.View()
+	if view == 0 || s.keysView.Swap(view) == view {
+		return 0
+	}
+	return s.Keys.DropIf(func(key []byte) bool {
+		_, self := s.DataOwner(key)
+		return !self
+	})
+}

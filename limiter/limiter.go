@@ -12,6 +12,7 @@
 package limiter
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/budget"
@@ -125,6 +126,9 @@ type Service struct {
 	Keys *keyspace.Store
 	// Scripts runs EVAL and EVALSHA over Keys (script.go); nil: none.
 	Scripts *script.Engine
+	// keysView is the member list Keys were last placed over
+	// (DropMovedKeys).
+	keysView atomic.Uint64
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 

@@ -23,11 +23,10 @@ type Script struct {
 }
 
 var (
-	errScriptsOff   = keyspace.Errf("ERR scripts are not enabled on this node")
-	errROWrite      = keyspace.Errf("ERR Write commands are not allowed from read-only scripts.")
-	errNotInScript  = keyspace.Errf("ERR Unknown Redis command called from script")
-	errScriptArity  = keyspace.Errf("ERR Wrong number of args calling Redis command from script")
-	errKeyElsewhere = keyspace.Errf("ERR this script touched a key that lives on another node: pass every key a script touches in KEYS, with one {hash tag} when there are several")
+	errScriptsOff  = keyspace.Errf("ERR scripts are not enabled on this node")
+	errROWrite     = keyspace.Errf("ERR Write commands are not allowed from read-only scripts.")
+	errNotInScript = keyspace.Errf("ERR Unknown Redis command called from script")
+	errScriptArity = keyspace.Errf("ERR Wrong number of args calling Redis command from script")
 )
 
 // Eval runs sc at now where its keys live; relayed: another member sent
@@ -40,7 +39,7 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 		return keyspace.Errf(err.Error())
 	}
 	if sc.Body != nil {
-		sha, e := s.Scripts.Load(sc.Body)
+		sha, e := s.Scripts.LoadForEval(sc.Body)
 		if e.IsError() {
 			return e
 		}
@@ -56,28 +55,29 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 	case !self && !relayed && s.Relays != nil && len(sc.Keys) > 0:
 		return s.Relays.Data(id, s.relayArgs(sc))
 	}
-	tx := s.Keys.Lock(now, len(sc.Keys) == 0, sc.Keys...)
+	// The script holds its keys' shards for its run, and may touch those
+	// keys alone; one that declares none holds nothing and touches none.
+	tx := s.Keys.Lock(now, false, sc.Keys...)
+	tx.Only(sc.Keys)
 	defer tx.Unlock()
-	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, func(args [][]byte) (keyspace.Reply, bool) {
+	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, func(args [][]byte, wrote func()) keyspace.Reply {
 		sp := keyspace.Lookup(args[0])
 		if sp == nil {
 			if eqFold(args[0], "TIME") && len(args) == 1 {
-				return timeReply(now), false
+				return timeReply(now)
 			}
-			return errNotInScript, false
+			return errNotInScript
 		}
 		if !sp.ArityOK(len(args)) {
-			return errScriptArity, false
+			return errScriptArity
 		}
 		if sc.ReadOnly && sp.Write {
-			return errROWrite, false
+			return errROWrite
 		}
-		if len(sc.Keys) == 0 {
-			if _, mine, ok := s.owner(sp.Keys(args)); !ok || !mine {
-				return errKeyElsewhere, false
-			}
+		if sp.Write {
+			wrote()
 		}
-		return tx.Exec(sp, args), sp.Write
+		return tx.Exec(sp, args)
 	})
 }
 

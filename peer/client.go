@@ -39,6 +39,13 @@ type conn struct {
 	r *bufio.Reader
 }
 
+// Unanswered is a call whose request went out (or was going out) on a
+// connection and got no reply: the member may have run it.
+type Unanswered struct{ Err error }
+
+func (e *Unanswered) Error() string { return e.Err.Error() }
+func (e *Unanswered) Unwrap() error { return e.Err }
+
 // HandshakeError is a peer's refusal of the connection's AUTH or CLIENT
 // SETNAME (a wrong password, protected mode): trying again will not help.
 type HandshakeError struct{ Msg string }
@@ -80,7 +87,7 @@ func (cl *Client) do(ctx context.Context, addr string, args [][]byte, dial time.
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return nil, err
+		return nil, &Unanswered{Err: err}
 	}
 	cl.put(addr, c)
 	return raw, nil

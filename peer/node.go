@@ -33,6 +33,9 @@ type Node struct {
 	User, Password string
 	// ApplyTimeout bounds a relayed command that gives no bound of its own.
 	ApplyTimeout time.Duration
+	// DataTimeout bounds a relayed data command or script: it may wait
+	// behind a script holding its key, so at least the script time limit.
+	DataTimeout time.Duration
 }
 
 // client returns a RESP client of the node's login named name ("sluice-

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -174,9 +175,15 @@ func (r *Relays) TopSummary(member, kind string) (usage.Summary, error) {
 // Data runs a data command at member, the owner of its keys, and returns
 // its answer as the keyspace writes it.
 func (r *Relays) Data(member string, args [][]byte) keyspace.Reply {
-	rep, addr, known, err := r.do(member, 0, args...)
-	if !known || err != nil && !isFault(err) {
-		return keyspace.Errf("TRYAGAIN the node that keeps this key, '" + fault.Printable([]byte(member)) + "' (" + addr + "), did not answer")
+	rep, addr, known, err := r.do(member, r.n.DataTimeout, args...)
+	var sent *Unanswered
+	switch {
+	case known && errors.As(err, &sent):
+		// It may have run there: saying TRYAGAIN would have a client
+		// run a write twice.
+		return keyspace.Errf("ERR the node that keeps this key, '" + fault.Printable([]byte(member)) + "' (" + addr + "), did not answer in time: the command may have run there")
+	case !known || err != nil && !isFault(err):
+		return keyspace.Errf("TRYAGAIN the node that keeps this key, '" + fault.Printable([]byte(member)) + "' (" + addr + "), could not be reached")
 	}
 	if err != nil {
 		return keyspace.Errf(err.Error())

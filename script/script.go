@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,18 +36,30 @@ const (
 	// DefaultTimeLimit is how long a script may run before it is stopped
 	// (Redis's lua-time-limit is 5 s).
 	DefaultTimeLimit = 5 * time.Second
+	// MaxScriptMemory bounds how much the process's heap may grow while a
+	// script runs (sampled every few ms): past it the script is stopped.
+	MaxScriptMemory = 256 << 20
+	// maxString bounds one string a script builds with string.rep.
+	maxString = 64 << 20
+	// maxDepth bounds the nesting of a script's reply (a table that holds
+	// itself would otherwise never end).
+	maxDepth = 64
 	// callStack and registry bound a script's Lua stacks.
 	callStack   = 200
 	registryMax = 256 * 1024
 )
 
-// Call runs one command for a script and returns its reply, and whether
-// the command writes.
-type Call func(args [][]byte) (r keyspace.Reply, writes bool)
+// Call runs one command for a script and returns its reply; before it
+// runs a command that writes, it calls wrote (so that SCRIPT KILL, from
+// then on, spares the script).
+type Call func(args [][]byte, wrote func()) keyspace.Reply
 
 type compiled struct {
 	proto *lua.FunctionProto
 	body  []byte
+	// byEval: only EVAL brought it, so it may give its place to a new
+	// one when the cache is full (SCRIPT LOAD's are kept until FLUSH).
+	byEval bool
 }
 
 // Engine keeps the loaded scripts and runs them.
@@ -54,9 +67,14 @@ type Engine struct {
 	// TimeLimit bounds one script's run (0: DefaultTimeLimit).
 	TimeLimit time.Duration
 
+	// base ends every run when the node stops (Close).
+	base    context.Context
+	stopAll context.CancelFunc
+
 	mu      sync.Mutex
 	scripts map[string]*compiled // sha1 hex → compiled
 	bytes   int
+	evals   []string // the scripts only EVAL brought, oldest first
 	running map[*run]struct{}
 	states  sync.Pool
 }
@@ -65,12 +83,20 @@ type run struct {
 	cancel context.CancelFunc
 	wrote  bool // it has called a command that writes: SCRIPT KILL spares it
 	killed bool
+	// overMemory: the heap grew by more than MaxScriptMemory while it ran.
+	overMemory bool
 }
 
 // New returns an engine with no scripts.
 func New() *Engine {
-	return &Engine{scripts: map[string]*compiled{}, running: map[*run]struct{}{}}
+	e := &Engine{scripts: map[string]*compiled{}, running: map[*run]struct{}{}}
+	e.base, e.stopAll = context.WithCancel(context.Background())
+	return e
 }
+
+// Close stops every running script and every later one at once: the
+// node is stopping.
+func (e *Engine) Close() { e.stopAll() }
 
 // SHA1 is the hex SHA-1 of a script's body, its name for EVALSHA.
 func SHA1(body []byte) string {
@@ -81,10 +107,23 @@ func SHA1(body []byte) string {
 // errFull refuses a script past the cache's bounds.
 var errFull = keyspace.Errf("ERR too many scripts loaded (at most 100000 scripts, 64 MiB of source): SCRIPT FLUSH to load others")
 
-// Load compiles body and keeps it under its SHA-1, which it returns.
-func (e *Engine) Load(body []byte) (string, keyspace.Reply) {
+// Load compiles body and keeps it under its SHA-1, which it returns
+// (SCRIPT LOAD: kept until SCRIPT FLUSH).
+func (e *Engine) Load(body []byte) (string, keyspace.Reply) { return e.load(body, false) }
+
+// LoadForEval is Load for EVAL's body: when the cache is full, the
+// oldest scripts only EVAL brought make room for it, as Redis 7.4 evicts
+// them, so that a stream of distinct EVALs cannot fill the cache for good.
+func (e *Engine) LoadForEval(body []byte) (string, keyspace.Reply) { return e.load(body, true) }
+
+func (e *Engine) load(body []byte, byEval bool) (string, keyspace.Reply) {
 	sha := SHA1(body)
-	if _, ok := e.get(sha); ok {
+	if c, ok := e.get(sha); ok {
+		if !byEval {
+			e.mu.Lock()
+			c.byEval = false // loaded now: kept
+			e.mu.Unlock()
+		}
 		return sha, keyspace.Reply{}
 	}
 	chunk, err := parse.Parse(strings.NewReader(string(body)), "@user_script")
@@ -98,11 +137,22 @@ func (e *Engine) Load(body []byte) (string, keyspace.Reply) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, ok := e.scripts[sha]; !ok {
+		for (len(e.scripts) >= MaxScripts || e.bytes+len(body) > MaxSourceBytes) && len(e.evals) > 0 {
+			old := e.evals[0]
+			e.evals = e.evals[1:]
+			if c, ok := e.scripts[old]; ok && c.byEval {
+				delete(e.scripts, old)
+				e.bytes -= len(c.body)
+			}
+		}
 		if len(e.scripts) >= MaxScripts || e.bytes+len(body) > MaxSourceBytes {
 			return "", errFull
 		}
-		e.scripts[sha] = &compiled{proto: proto, body: append([]byte(nil), body...)}
+		e.scripts[sha] = &compiled{proto: proto, body: append([]byte(nil), body...), byEval: byEval}
 		e.bytes += len(body)
+		if byEval {
+			e.evals = append(e.evals, sha)
+		}
 	}
 	return sha, keyspace.Reply{}
 }
@@ -134,7 +184,7 @@ func (e *Engine) Exists(sha string) bool { _, ok := e.get(sha); return ok }
 // Flush forgets every loaded script.
 func (e *Engine) Flush() {
 	e.mu.Lock()
-	e.scripts, e.bytes = map[string]*compiled{}, 0
+	e.scripts, e.bytes, e.evals = map[string]*compiled{}, 0, nil
 	e.mu.Unlock()
 }
 
@@ -199,7 +249,7 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 	if limit <= 0 {
 		limit = DefaultTimeLimit
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	ctx, cancel := context.WithTimeout(e.base, limit)
 	defer cancel()
 	r := &run{cancel: cancel}
 	e.mu.Lock()
@@ -211,6 +261,14 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 		e.mu.Unlock()
 	}()
 
+	stopWatch := watchMemory(ctx, func() {
+		e.mu.Lock()
+		r.overMemory = true
+		e.mu.Unlock()
+		cancel()
+	})
+	defer stopWatch()
+
 	L := e.state()
 	defer e.states.Put(L)
 	L.SetContext(ctx)
@@ -219,13 +277,7 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 	g.RawSetString("KEYS", strings2table(L, keys))
 	g.RawSetString("ARGV", strings2table(L, argv))
 	ud := L.NewUserData()
-	ud.Value = func(args [][]byte) keyspace.Reply {
-		rep, writes := call(args)
-		if writes {
-			r.markWrote(e)
-		}
-		return rep
-	}
+	ud.Value = func(args [][]byte) keyspace.Reply { return call(args, func() { r.markWrote(e) }) }
 	L.SetField(L.Get(lua.RegistryIndex), "sluice.call", ud)
 	L.SetField(L.Get(lua.RegistryIndex), "sluice.sha", lua.LString(sha))
 
@@ -237,10 +289,16 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 		L.SetTop(0)
 		if ctx.Err() != nil {
 			e.mu.Lock()
-			killed := r.killed
+			killed, over := r.killed, r.overMemory
 			e.mu.Unlock()
 			if killed {
 				return keyspace.Errf("ERR Script killed by user with SCRIPT KILL...")
+			}
+			if over {
+				return keyspace.Errf("ERR Script stopped: it allocated more than 256 MiB; what it wrote before stays written")
+			}
+			if e.base.Err() != nil {
+				return keyspace.Errf("ERR Script stopped: the node is shutting down; what it wrote before stays written")
 			}
 			return keyspace.Errf("ERR Script stopped: it ran past its time limit (" + limit.String() + ", --script-time-limit); what it wrote before stays written")
 		}
@@ -248,7 +306,39 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 	}
 	ret := L.Get(-1)
 	L.SetTop(0)
-	return fromLua(ret)
+	return fromLua(ret, 0)
+}
+
+// watchMemory samples the heap every few ms from a moment after the
+// script starts, and calls over once it has grown by MaxScriptMemory;
+// the returned function stops it.
+func watchMemory(ctx context.Context, over func()) func() {
+	done := make(chan struct{})
+	t := time.AfterFunc(2*time.Millisecond, func() {
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(sample)
+		base := sample[0].Value.Uint64()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				metrics.Read(sample)
+				if v := sample[0].Value.Uint64(); v > base+MaxScriptMemory {
+					over()
+					return
+				}
+			}
+		}
+	})
+	return func() {
+		t.Stop()
+		close(done)
+	}
 }
 
 // scriptError turns a Lua error into Redis's reply: an error a redis lib
@@ -330,14 +420,93 @@ func (e *Engine) state() *lua.LState {
 	// does may reach the next. A script sees the globals through an empty
 	// table that reads them and refuses writes; it may not read an
 	// undefined global either.
+	if lib, ok := g.RawGetString(lua.StringLibName).(*lua.LTable); ok {
+		boundString(L, lib)
+	}
 	for _, lib := range []string{lua.TabLibName, lua.StringLibName, lua.MathLibName, "redis"} {
 		if t, ok := g.RawGetString(lib).(*lua.LTable); ok {
 			g.RawSetString(lib, readOnly(L, t, false))
 		}
 	}
 	env := readOnly(L, g, true)
+	g.RawSetString("_G", env) // _G is the script's view too, never the real table
+	// Strings' methods ('a'):rep() read the string library through its
+	// metatable, which gopher-lua makes the library itself: give strings a
+	// metatable of their own over the read-only library, and take the
+	// library's self-reference away.
+	if lib, ok := L.GetGlobal(lua.StringLibName).(*lua.LTable); ok {
+		if real, ok := L.GetMetatable(lua.LString("")).(*lua.LTable); ok {
+			real.RawSetString("__index", lua.LNil)
+		}
+		smt := L.NewTable()
+		smt.RawSetString("__index", lib)
+		smt.RawSetString("__metatable", lua.LFalse)
+		L.SetMetatable(lua.LString(""), smt)
+	}
 	L.SetField(L.Get(lua.RegistryIndex), "sluice.env", env)
 	return L
+}
+
+// boundString wraps the string library's functions that could allocate
+// without end or match for ever inside one call, where the time limit
+// cannot stop them: string.rep builds at most maxString bytes, format
+// widths and precisions have two digits at most (as in Lua 5.1), and a
+// pattern with more than three open-ended repetitions is refused on a
+// subject over 256 bytes.
+func boundString(L *lua.LState, lib *lua.LTable) {
+	wrap := func(name string, check func(L *lua.LState)) {
+		orig := lib.RawGetString(name)
+		lib.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			check(L)
+			top := L.GetTop()
+			L.Push(orig)
+			for i := 1; i <= top; i++ {
+				L.Push(L.Get(i))
+			}
+			L.Call(top, lua.MultRet)
+			return L.GetTop() - top
+		}))
+	}
+	wrap("rep", func(L *lua.LState) {
+		if n := L.CheckInt(2); n > 0 && len(L.CheckString(1))*n > maxString {
+			L.RaiseError("string.rep: a result of more than %d bytes", maxString)
+		}
+	})
+	wrap("format", func(L *lua.LState) {
+		f := L.CheckString(1)
+		for i := 0; i < len(f); i++ {
+			if f[i] != '%' {
+				continue
+			}
+			digits := 0
+			for i++; i < len(f) && strings.IndexByte("-+ #0.123456789", f[i]) >= 0; i++ {
+				if f[i] >= '0' && f[i] <= '9' {
+					if digits++; digits > 2 {
+						L.RaiseError("invalid format (width or precision too long)")
+					}
+				} else if f[i] == '.' {
+					digits = 0
+				}
+			}
+		}
+	})
+	for _, name := range []string{"find", "match", "gmatch", "gsub"} {
+		wrap(name, func(L *lua.LState) {
+			subject, pattern := L.CheckString(1), L.OptString(2, "")
+			open := 0
+			for i := 0; i < len(pattern); i++ {
+				switch pattern[i] {
+				case '%':
+					i++
+				case '*', '-', '+':
+					open++
+				}
+			}
+			if open > 3 && len(subject) > 256 {
+				L.RaiseError("pattern too complex for a subject of %d bytes (more than three open-ended repetitions)", len(subject))
+			}
+		})
+	}
 }
 
 // readOnly returns an empty table that reads t and refuses writes
@@ -497,7 +666,10 @@ func toLua(L *lua.LState, r keyspace.Reply) lua.LValue {
 // integer (truncated), a string to a bulk string, true to 1, false and
 // nil to nil, a table with ok or err to a status or an error, any other
 // table to an array up to its first nil.
-func fromLua(v lua.LValue) keyspace.Reply {
+func fromLua(v lua.LValue, depth int) keyspace.Reply {
+	if depth > maxDepth {
+		return keyspace.Errf("ERR reached lua stack limit")
+	}
 	switch x := v.(type) {
 	case lua.LNumber:
 		return keyspace.IntReply(int64(x))
@@ -521,7 +693,11 @@ func fromLua(v lua.LValue) keyspace.Reply {
 			if e == lua.LNil {
 				break
 			}
-			out.Elems = append(out.Elems, fromLua(e))
+			x := fromLua(e, depth+1)
+			if x.IsError() && x.Str == "ERR reached lua stack limit" {
+				return x
+			}
+			out.Elems = append(out.Elems, x)
 		}
 		return out
 	}

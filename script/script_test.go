@@ -18,25 +18,23 @@ func load(t *testing.T, e *Engine, body string) string {
 	return sha
 }
 
-func noCall(args [][]byte) (keyspace.Reply, bool) {
-	return keyspace.Errf("ERR no commands here"), false
-}
+func noCall(args [][]byte, wrote func()) keyspace.Reply { return keyspace.Errf("ERR no commands here") }
 
 // Replies convert as Redis converts them, both ways.
 func TestConversions(t *testing.T) {
 	e := New()
-	echo := func(args [][]byte) (keyspace.Reply, bool) {
+	echo := func(args [][]byte, wrote func()) keyspace.Reply {
 		switch string(args[0]) {
 		case "int":
-			return keyspace.IntReply(42), false
+			return keyspace.IntReply(42)
 		case "nil":
-			return keyspace.NilReply, false
+			return keyspace.NilReply
 		case "arr":
-			return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{keyspace.BulkString("a"), keyspace.NilReply}}, false
+			return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{keyspace.BulkString("a"), keyspace.NilReply}}
 		case "ok":
-			return keyspace.OK, false
+			return keyspace.OK
 		}
-		return keyspace.Errf("WRONGTYPE no"), false
+		return keyspace.Errf("WRONGTYPE no")
 	}
 	for body, want := range map[string]string{
 		"return redis.call('int') + 1":                  ":43",
@@ -102,16 +100,43 @@ func TestSandbox(t *testing.T) {
 	// Nothing a script does reaches the next run on the same interpreter:
 	// the library tables and the globals are read-only.
 	for _, body := range []string{"string.rep = nil", "redis.call = nil", "tonumber = nil", "redis = nil", "math.floor = function() return 0 end",
-		"KEYS = {}", "rawset(_G, 'x', 1)", "setmetatable(_G, nil)", "getmetatable('').__index.rep = nil"} {
+		"KEYS = {}", "rawset(_G, 'x', 1)", "setmetatable(_G, nil)", "getmetatable('').__index.rep = nil",
+		"_G.x = 1", "_G.redis = {call = function() return 'hijacked' end}", "_G.tostring = nil",
+		"string.__index.rep = function() return 'pwned' end", "('').__index = 1", "_G._G.x = 1"} {
 		if r := e.Run(load(t, e, body), nil, nil, noCall); !r.IsError() {
 			t.Errorf("%s: %s", body, show(r))
 		}
 	}
-	sha := load(t, e, "KEYS[2] = 'x' return string.rep('a', 2) .. math.floor(1.5) .. #KEYS .. tostring(redis.call ~= nil)")
+	sha := load(t, e, "KEYS[2] = 'x' return string.rep('a', 2) .. ('b'):rep(2) .. math.floor(1.5) .. #KEYS .. tostring(redis.call ~= nil) .. tostring(rawget(_G, 'x'))")
 	for range 3 {
-		if got := show(e.Run(sha, [][]byte{[]byte("a")}, nil, noCall)); got != "$aa12true" {
+		if got := show(e.Run(sha, [][]byte{[]byte("a")}, nil, noCall)); got != "$aabb12truenil" {
 			t.Fatalf("a run saw what an earlier one did: %s", got)
 		}
+	}
+}
+
+// What could crash the node or hold it past every limit inside one call
+// is refused: a reply that holds itself, a string.rep of a terabyte, a
+// format of a billion columns, a pattern that backtracks for ever; and a
+// script that keeps allocating is stopped.
+func TestScriptsCannotExhaustTheNode(t *testing.T) {
+	e := New()
+	for body, want := range map[string]string{
+		"local t = {} t[1] = t return t":                         "-ERR reached lua stack limit",
+		"return string.rep('x', 2^40)":                           "-ERR user_script:1: string.rep: a result of more than",
+		"return ('x'):rep(2^40)":                                 "-ERR user_script:1: string.rep: a result of more than",
+		"return string.format('%999999999d', 1)":                 "-ERR user_script:1: invalid format",
+		"return string.format('%5.2f|%-10s|%03d', 1.5, 'a', 7)":  "$ 1.50|a         |007",
+		"return string.find(string.rep('a', 3000), '.-.-.-.-b')": "-ERR user_script:1: pattern too complex",
+		"return {string.find('aab', 'a*b')}":                     "*[:1 :3]",
+	} {
+		if got := show(e.Run(load(t, e, body), nil, nil, noCall)); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: got %.120s, want %s", body, got, want)
+		}
+	}
+	sha := load(t, e, "local t = {} local s = string.rep('x', 4096) while true do t[#t + 1] = s .. #t end")
+	if got := show(e.Run(sha, nil, nil, noCall)); !strings.HasPrefix(got, "-ERR Script stopped: it allocated more than") {
+		t.Fatalf("a script allocating without end: %.120s", got)
 	}
 }
 
@@ -147,16 +172,27 @@ func TestLoopsAreStopped(t *testing.T) {
 	}
 }
 
-// The cache refuses scripts past its bound and forgets them on Flush.
+// The cache refuses scripts past its bound and forgets them on Flush;
+// scripts only EVAL brought give their place to new ones, loaded ones do
+// not.
 func TestCacheBound(t *testing.T) {
 	e := New()
-	big := "return '" + strings.Repeat("x", MaxSourceBytes/2-100) + "'"
+	big := "return '" + strings.Repeat("x", MaxSourceBytes/3-100) + "'"
 	load(t, e, big)
-	if _, r := e.Load([]byte(big + " ")); r.IsError() {
-		t.Fatalf("second half: %s", r.Str)
+	load(t, e, big+" ")
+	sha, r := e.LoadForEval([]byte(big + "  "))
+	if r.IsError() || e.Len() != 3 {
+		t.Fatalf("the third: %v, %d scripts", r, e.Len())
 	}
-	if _, r := e.Load([]byte(big + "  ")); !r.IsError() || e.Len() != 2 {
-		t.Fatalf("past the bytes: %v, %d scripts", r, e.Len())
+	sha2, r := e.LoadForEval([]byte(big + "   "))
+	if r.IsError() || e.Exists(sha) || e.Len() != 3 {
+		t.Fatalf("EVAL past the bytes: %v, %d scripts, the older EVAL kept: %v", r, e.Len(), e.Exists(sha))
+	}
+	if _, r := e.Load([]byte(big + "    ")); r.IsError() || e.Exists(sha2) || e.Len() != 3 {
+		t.Fatalf("SCRIPT LOAD past the bytes: %v, %d scripts, the EVAL kept: %v", r, e.Len(), e.Exists(sha2))
+	}
+	if _, r := e.LoadForEval([]byte(big + "     ")); !r.IsError() || e.Len() != 3 {
+		t.Fatalf("EVAL with every place held by loaded scripts: %v, %d scripts", r, e.Len())
 	}
 	e.Flush()
 	if e.Len() != 0 || e.Bytes() != 0 {

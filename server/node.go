@@ -121,7 +121,8 @@ func OpenWith(cfg Config, log *slog.Logger, hooks NodeHooks) (*Node, error) {
 	// Node-to-node traffic (package peer): consumption, leases, slots and
 	// relayed client commands.
 	pn := &peer.Node{Raft: rn, Service: s.svc, Registry: s.env.Metrics.Registry, Log: log, Stop: n.stop,
-		TLS: o.ClientTLS, User: peerUser, Password: peerPass, ApplyTimeout: cfg.ApplyTimeout}
+		TLS: o.ClientTLS, User: peerUser, Password: peerPass, ApplyTimeout: cfg.ApplyTimeout,
+		DataTimeout: cfg.ScriptTimeLimit + cfg.ApplyTimeout}
 	pn.Start(cfg.SyncInterval, s.env.Started)
 	ps := &peer.Server{Service: s.svc}
 	s.env.Peers = func(c commands.Writer, from string, args [][]byte) bool { return ps.Serve(c, from, args) }

@@ -23,6 +23,14 @@ func TestRunawayScriptIsStopped(t *testing.T) {
 	if got := other.Do("SCRIPT", "KILL"); !strings.HasPrefix(got, "-NOTBUSY") {
 		t.Fatalf("SCRIPT KILL with nothing running: %s", got)
 	}
+	// A script touches the keys it declares, no other: one declaring none
+	// holds nothing (a loop of it holds up no key).
+	if got := other.Do("EVAL", "return redis.call('INCR', 'undeclared')", "0"); !strings.Contains(got, "it did not declare") {
+		t.Fatalf("a key a script did not declare: %s", got)
+	}
+	if got := other.Do("EVAL", "return redis.call('INCR', 'x' .. KEYS[1])", "1", "y"); !strings.Contains(got, "it did not declare") {
+		t.Fatalf("a key beside the declared one: %s", got)
+	}
 
 	looper.Send("EVAL", "local i = 0 while true do i = i + 1 end", "1", "loop:{a}")
 	testkit.WaitFor(t, 10*time.Second, "the script to run", func() bool {

@@ -343,6 +343,7 @@ func (s *Server) Shutdown() {
 		return
 	}
 	close(s.shutdown)
+	s.svc.Scripts.Close() // a running script stops now, not at its time limit
 	// Ports being opened for the first xDS response are open (and stop
 	// below) or will not be.
 	s.envoyMu.Lock()
@@ -376,6 +377,7 @@ func (s *Server) sweep() {
 			// Expired keys of the data commands, as Redis's active expiry
 			// (a key is also removed when it is next touched).
 			s.svc.Keys.Sweep(s.svc.Clock(), max(s.svc.Keys.Len()/4, 1<<14))
+			s.svc.DropMovedKeys()
 		}
 	}
 }
