@@ -2,6 +2,8 @@ package keyspace
 
 import (
 	"math"
+
+	"github.com/sluice-rl/sluice/fault"
 	"strconv"
 	"strings"
 )
@@ -124,7 +126,7 @@ func (tx *Tx) Exec(sp *Spec, a [][]byte) Reply {
 	}
 	for _, k := range sp.Keys(a) {
 		if !tx.Holds(k) {
-			return Errf("ERR script tried accessing key '" + printable(k) + "' it did not declare: pass every key a script touches in KEYS")
+			return Errf("ERR script tried accessing key '" + fault.Printable(k) + "' it did not declare: pass every key a script touches in KEYS")
 		}
 	}
 	return sp.run(tx, a)
@@ -134,19 +136,6 @@ func (tx *Tx) Exec(sp *Spec, a [][]byte) Reply {
 // arguments.
 func WrongArity(name string) Reply {
 	return Errf("ERR wrong number of arguments for '" + strings.ToLower(name) + "' command")
-}
-
-func printable(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	out := []byte(string(b))
-	for i, c := range out {
-		if c < 0x20 || c == 0x7f || c == '\'' {
-			out[i] = '?'
-		}
-	}
-	return string(out)
 }
 
 // ParseInt reads an integer as Redis does (string2ll): an optional '-',
@@ -201,16 +190,18 @@ func eq(b []byte, s string) bool { return strings.EqualFold(string(b), s) }
 
 // --- strings and counters ----------------------------------------------
 
-func (tx *Tx) str(key []byte) (*value, Reply, bool) {
+// typed returns key's live value if it is of type t (nil when there is
+// none), else WRONGTYPE.
+func (tx *Tx) typed(t Type, key []byte) (*value, Reply, bool) {
 	v := tx.get(key)
-	if v != nil && v.typ != TypeString {
+	if v != nil && v.typ != t {
 		return nil, ErrWrongType, false
 	}
 	return v, Reply{}, true
 }
 
 func getCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.str(a[1])
+	v, e, ok := tx.typed(TypeString, a[1])
 	switch {
 	case !ok:
 		return e
@@ -316,7 +307,7 @@ func setnxCmd(tx *Tx, a [][]byte) Reply {
 }
 
 func getsetCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.str(a[1])
+	v, e, ok := tx.typed(TypeString, a[1])
 	if !ok {
 		return e
 	}
@@ -348,7 +339,7 @@ func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
 			}
 			d = n
 		}
-		v, e, ok := tx.str(a[1])
+		v, e, ok := tx.typed(TypeString, a[1])
 		if !ok {
 			return e
 		}
@@ -362,25 +353,15 @@ func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
 			return ErrOverflow
 		}
 		cur += d
-		s := strconv.AppendInt(nil, cur, 10)
-		if v == nil {
-			if !tx.put(a[1], &value{typ: TypeString, str: s}) {
-				return ErrOOM
-			}
-		} else {
-			old := v.str
-			v.str = s
-			if !tx.resize(a[1], v) {
-				v.str = old
-				return ErrOOM
-			}
+		if !tx.setStr(a[1], v, strconv.AppendInt(nil, cur, 10)) {
+			return ErrOOM
 		}
 		return IntReply(cur)
 	}
 }
 
 func incrFloatCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.str(a[1])
+	v, e, ok := tx.typed(TypeString, a[1])
 	if !ok {
 		return e
 	}
@@ -399,19 +380,25 @@ func incrFloatCmd(tx *Tx, a [][]byte) Reply {
 		return Errf("ERR increment would produce NaN or Infinity")
 	}
 	s := []byte(formatFloat(cur))
-	if v == nil {
-		if !tx.put(a[1], &value{typ: TypeString, str: s}) {
-			return ErrOOM
-		}
-	} else {
-		old := v.str
-		v.str = s
-		if !tx.resize(a[1], v) {
-			v.str = old
-			return ErrOOM
-		}
+	if !tx.setStr(a[1], v, s) {
+		return ErrOOM
 	}
 	return BulkReply(s)
+}
+
+// setStr makes the string at key (v, nil when there is none) s, keeping
+// its expiry, if the bounds allow.
+func (tx *Tx) setStr(key []byte, v *value, s []byte) bool {
+	if v == nil {
+		return tx.put(key, &value{typ: TypeString, str: s})
+	}
+	old := v.str
+	v.str = s
+	if !tx.resize(key, v) {
+		v.str = old
+		return false
+	}
+	return true
 }
 
 // --- keys ----------------------------------------------------------------
@@ -558,16 +545,8 @@ func renameCmd(tx *Tx, a [][]byte) Reply {
 
 // --- hashes --------------------------------------------------------------
 
-func (tx *Tx) hash(key []byte) (*value, Reply, bool) {
-	v := tx.get(key)
-	if v != nil && v.typ != TypeHash {
-		return nil, ErrWrongType, false
-	}
-	return v, Reply{}, true
-}
-
 func hgetCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -586,7 +565,7 @@ func hsetCmd(hmset bool) func(tx *Tx, a [][]byte) Reply {
 		if len(a)%2 != 0 {
 			return WrongArity(map[bool]string{false: "hset", true: "hmset"}[hmset])
 		}
-		v, e, ok := tx.hash(a[1])
+		v, e, ok := tx.typed(TypeHash, a[1])
 		if !ok {
 			return e
 		}
@@ -638,7 +617,7 @@ func hsetCmd(hmset bool) func(tx *Tx, a [][]byte) Reply {
 }
 
 func hmgetCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -682,7 +661,7 @@ func hincrbyCmd(tx *Tx, a [][]byte) Reply {
 	if !ok {
 		return ErrNotInt
 	}
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -712,7 +691,7 @@ func hincrbyfloatCmd(tx *Tx, a [][]byte) Reply {
 	if math.IsInf(d, 0) {
 		return Errf("ERR value is NaN or Infinity")
 	}
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -736,7 +715,7 @@ func hincrbyfloatCmd(tx *Tx, a [][]byte) Reply {
 }
 
 func hdelCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -768,7 +747,7 @@ func hdelCmd(tx *Tx, a [][]byte) Reply {
 }
 
 func hgetallCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.hash(a[1])
+	v, e, ok := tx.typed(TypeHash, a[1])
 	if !ok {
 		return e
 	}
@@ -784,17 +763,9 @@ func hgetallCmd(tx *Tx, a [][]byte) Reply {
 
 // --- lists ---------------------------------------------------------------
 
-func (tx *Tx) listOf(key []byte) (*value, Reply, bool) {
-	v := tx.get(key)
-	if v != nil && v.typ != TypeList {
-		return nil, ErrWrongType, false
-	}
-	return v, Reply{}, true
-}
-
 func pushCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 	return func(tx *Tx, a [][]byte) Reply {
-		v, e, ok := tx.listOf(a[1])
+		v, e, ok := tx.typed(TypeList, a[1])
 		if !ok {
 			return e
 		}
@@ -847,7 +818,7 @@ func popCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 			}
 			count = n
 		}
-		v, e, ok := tx.listOf(a[1])
+		v, e, ok := tx.typed(TypeList, a[1])
 		if !ok {
 			return e
 		}
@@ -881,7 +852,7 @@ func popCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 }
 
 func llenCmd(tx *Tx, a [][]byte) Reply {
-	v, e, ok := tx.listOf(a[1])
+	v, e, ok := tx.typed(TypeList, a[1])
 	if !ok {
 		return e
 	}
@@ -896,7 +867,7 @@ func lindexCmd(tx *Tx, a [][]byte) Reply {
 	if !ok {
 		return ErrNotInt
 	}
-	v, e, ok := tx.listOf(a[1])
+	v, e, ok := tx.typed(TypeList, a[1])
 	if !ok {
 		return e
 	}
@@ -935,7 +906,7 @@ func lrangeCmd(tx *Tx, a [][]byte) Reply {
 	if !ok1 || !ok2 {
 		return ErrNotInt
 	}
-	v, e, ok := tx.listOf(a[1])
+	v, e, ok := tx.typed(TypeList, a[1])
 	if !ok {
 		return e
 	}
@@ -959,7 +930,7 @@ func ltrimCmd(tx *Tx, a [][]byte) Reply {
 	if !ok1 || !ok2 {
 		return ErrNotInt
 	}
-	v, e, ok := tx.listOf(a[1])
+	v, e, ok := tx.typed(TypeList, a[1])
 	if !ok {
 		return e
 	}

@@ -185,10 +185,13 @@ func (tx *Tx) get(key []byte) *value {
 	return v
 }
 
-func (tx *Tx) remove(sh *shard, key []byte, v *value) {
-	delete(sh.m, string(key))
-	tx.s.keys.Add(-1)
-	tx.s.bytes.Add(-v.size)
+func (tx *Tx) remove(sh *shard, key []byte, v *value) { tx.s.drop(sh, string(key), v) }
+
+// drop removes key's value v from sh (held) and its counts.
+func (s *Store) drop(sh *shard, key string, v *value) {
+	delete(sh.m, key)
+	s.keys.Add(-1)
+	s.bytes.Add(-v.size)
 }
 
 // del removes key and reports whether it was there.
@@ -272,9 +275,7 @@ func (s *Store) Sweep(now int64, n int) int {
 			}
 			left--
 			if v.exp != 0 && v.exp <= nowMs {
-				delete(sh.m, k)
-				s.keys.Add(-1)
-				s.bytes.Add(-v.size)
+				s.drop(sh, k, v)
 				removed++
 			}
 		}
@@ -292,9 +293,7 @@ func (s *Store) DropIf(drop func(key []byte) bool) int {
 		sh.mu.Lock()
 		for k, v := range sh.m {
 			if drop([]byte(k)) {
-				delete(sh.m, k)
-				s.keys.Add(-1)
-				s.bytes.Add(-v.size)
+				s.drop(sh, k, v)
 				n++
 			}
 		}
