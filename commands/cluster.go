@@ -36,12 +36,17 @@ func clusterCommands() []*Command {
 	}
 }
 
+// relayed reports whether another node sent the current command here (on
+// a connection named with raftfsm.ForwardPrefix): it runs here, and is
+// relayed no further.
+func (ctx *Ctx) relayed() bool { return strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) }
+
 // forward relays the current command to the leader (what names it in
 // the refusal of a node that does not lead: "read", "membership change").
 // It returns false, having replied nothing, when this node has become the
 // leader meanwhile: the caller serves the command here.
 func (ctx *Ctx) forward(what string) bool {
-	if strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix) {
+	if ctx.relayed() {
 		ctx.Conn.WriteError(raftfsm.NotLeaderReply + " (the " + what + " was relayed here by a node with an older view)")
 		return true
 	}

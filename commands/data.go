@@ -1,11 +1,6 @@
 package commands
 
-import (
-	"strings"
-
-	"github.com/sluice-rl/sluice/keyspace"
-	"github.com/sluice-rl/sluice/raftfsm"
-)
+import "github.com/sluice-rl/sluice/keyspace"
 
 // The data commands: Redis's strings, integer counters and hashes with
 // their expiry (package keyspace), so that rate-limit libraries written
@@ -30,8 +25,7 @@ func dataCommands() []*Command {
 
 // data runs the data command sp of the current call.
 func (ctx *Ctx) data(sp *keyspace.Spec) keyspace.Reply {
-	relayed := strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix)
-	return ctx.Env.Service.Data(ctx.Now(), sp, ctx.Args, relayed)
+	return ctx.Env.Service.Data(ctx.Now(), sp, ctx.Args, ctx.relayed())
 }
 
 // writeData writes a keyspace reply in the session's protocol.

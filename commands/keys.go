@@ -2,7 +2,6 @@ package commands
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
@@ -133,7 +132,7 @@ func typeCmd(ctx *Ctx) {
 
 // dataKey returns what the keyspace holds under name, where it lives.
 func (ctx *Ctx) dataKey(name []byte) (keyspace.KeyInfo, bool) {
-	return ctx.Env.Service.DataInfo(ctx.Now(), name, strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix))
+	return ctx.Env.Service.DataInfo(ctx.Now(), name, ctx.relayed())
 }
 
 func ttlCmd(ctx *Ctx) {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/limiter"
-	"github.com/sluice-rl/sluice/raftfsm"
 )
 
 // Scripts: EVAL, EVALSHA and SCRIPT, as Redis has them (package script),
@@ -48,8 +47,7 @@ func evalCmd(bySHA, ro bool) func(ctx *Ctx) {
 		} else {
 			sc.Body = a[1]
 		}
-		relayed := strings.HasPrefix(ctx.S.Name(), raftfsm.ForwardPrefix)
-		ctx.writeData(ctx.Env.Service.Eval(ctx.Now(), sc, relayed))
+		ctx.writeData(ctx.Env.Service.Eval(ctx.Now(), sc, ctx.relayed()))
 	}
 }
 

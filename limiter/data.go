@@ -20,9 +20,7 @@ var errOwnersUnsettled = keyspace.Errf("TRYAGAIN the cluster's members do not ag
 
 // placed waits, in a cluster, until keys are placed over the current
 // members (ownersCurrent); false: they are not yet.
-func (s *Service) placed() bool {
-	return s.Relays == nil || s.Cluster == nil || s.ownersCurrent() == nil
-}
+func (s *Service) placed() bool { return s.Cluster == nil || s.ownersCurrent() == nil }
 
 // errKeysApart refuses a command whose keys live on different members.
 var errKeysApart = keyspace.Errf("ERR the keys of this command live on different nodes: give them one {hash tag} (as in Redis Cluster) so that they live together")
@@ -66,9 +64,30 @@ func (s *Service) owner(keys [][]byte) (id string, self, ok bool) {
 	return id, self, true
 }
 
-// Data runs the data command sp with args a at now, where its keys live;
-// relayed: another member sent it here, and it runs here whatever this
-// node's view (views differ for a moment while members change).
+// where says where a data command or script on keys runs: at member id
+// (remote) or here; a refusal (loading, members not agreed on, keys
+// apart) when it runs nowhere now. relayed: another member sent it here,
+// and it runs here whatever this node's view (views differ for a moment
+// while members change).
+func (s *Service) where(keys [][]byte, relayed bool) (id string, remote bool, refused keyspace.Reply) {
+	if err := s.loaded(); err != nil {
+		return "", false, keyspace.Errf(err.Error())
+	}
+	if relayed || s.Relays == nil {
+		return "", false, keyspace.Reply{}
+	}
+	if !s.placed() {
+		return "", false, errOwnersUnsettled
+	}
+	id, self, ok := s.owner(keys)
+	if !ok {
+		return "", false, errKeysApart
+	}
+	return id, !self, keyspace.Reply{}
+}
+
+// Data runs the data command sp with args a at now, where its keys live
+// (where).
 func (s *Service) Data(now int64, sp *keyspace.Spec, a [][]byte, relayed bool) keyspace.Reply {
 	if s.Keys == nil {
 		return keyspace.Errf("ERR data commands are not enabled on this node")
@@ -76,17 +95,11 @@ func (s *Service) Data(now int64, sp *keyspace.Spec, a [][]byte, relayed bool) k
 	if !sp.ArityOK(len(a)) {
 		return keyspace.WrongArity(sp.Name)
 	}
-	if err := s.loaded(); err != nil {
-		return keyspace.Errf(err.Error())
-	}
-	if !relayed && !s.placed() {
-		return errOwnersUnsettled
-	}
-	id, self, ok := s.owner(sp.Keys(a))
+	id, remote, refused := s.where(sp.Keys(a), relayed)
 	switch {
-	case !ok:
-		return errKeysApart
-	case !self && !relayed && s.Relays != nil:
+	case refused.IsError():
+		return refused
+	case remote:
 		return s.Relays.Data(id, a)
 	}
 	return s.Keys.Exec(now, sp, a)

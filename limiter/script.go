@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/sluice-rl/sluice/keyspace"
 )
@@ -35,8 +36,9 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 	if s.Scripts == nil || s.Keys == nil {
 		return errScriptsOff
 	}
-	if err := s.loaded(); err != nil {
-		return keyspace.Errf(err.Error())
+	id, remote, refused := s.where(sc.Keys, relayed)
+	if refused.IsError() {
+		return refused
 	}
 	if sc.Body != nil {
 		sha, e := s.Scripts.LoadForEval(sc.Body)
@@ -45,14 +47,7 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 		}
 		sc.SHA = sha
 	}
-	if !relayed && !s.placed() {
-		return errOwnersUnsettled
-	}
-	id, self, ok := s.owner(sc.Keys)
-	switch {
-	case !ok:
-		return errKeysApart
-	case !self && !relayed && s.Relays != nil && len(sc.Keys) > 0:
+	if remote {
 		return s.Relays.Data(id, s.relayArgs(sc))
 	}
 	// The script holds its keys' shards for its run, and may touch those
@@ -63,7 +58,7 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, func(args [][]byte, wrote func()) keyspace.Reply {
 		sp := keyspace.Lookup(args[0])
 		if sp == nil {
-			if eqFold(args[0], "TIME") && len(args) == 1 {
+			if strings.EqualFold(string(args[0]), "TIME") && len(args) == 1 {
 				return timeReply(now)
 			}
 			return errNotInScript
@@ -104,20 +99,4 @@ func timeReply(now int64) keyspace.Reply {
 	sec, usec := now/1e9, now%1e9/1e3
 	return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{
 		keyspace.BulkString(strconv.FormatInt(sec, 10)), keyspace.BulkString(strconv.FormatInt(usec, 10))}}
-}
-
-func eqFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		c := b[i]
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
 }
