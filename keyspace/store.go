@@ -35,9 +35,6 @@ func TypeOf(name string) Type {
 	return 0
 }
 
-// IsDataType reports whether TYPE's answer name is a type of the keyspace.
-func IsDataType(name string) bool { return TypeOf(name) != 0 }
-
 // Name is TYPE's answer for the type.
 func (t Type) Name() string {
 	switch t {

@@ -114,14 +114,15 @@ func (s *Service) DataInfo(now int64, key []byte, relayed bool) (keyspace.KeyInf
 	if id, self := s.DataOwner(key); !self && !relayed && s.Relays != nil {
 		// Ask the owner: TYPE there answers the type, PTTL the TTL.
 		t := s.Relays.Data(id, [][]byte{[]byte("TYPE"), key})
-		if t.Kind != keyspace.Status || t.Str == "none" || !keyspace.IsDataType(t.Str) {
+		typ := keyspace.TypeOf(t.Str) // 0 for none, or a bucket's algorithm
+		if t.Kind != keyspace.Status || typ == 0 {
 			return keyspace.KeyInfo{}, false
 		}
 		p := s.Relays.Data(id, [][]byte{[]byte("PTTL"), key})
 		if p.Kind != keyspace.Int || p.Int == -2 {
 			return keyspace.KeyInfo{}, false
 		}
-		return keyspace.KeyInfo{Type: keyspace.TypeOf(t.Str), TTLMs: p.Int}, true
+		return keyspace.KeyInfo{Type: typ, TTLMs: p.Int}, true
 	}
 	return s.Keys.Info(now, key)
 }

@@ -215,8 +215,8 @@ func (e *Engine) Kill() keyspace.Reply {
 	return keyspace.OK
 }
 
-// Wrote records that the running script whose call this is has written;
-// the caller's Call reports it (Run passes it the marker).
+// markWrote records that run r has written: the wrote marker Run hands
+// its Call calls it before the write, so SCRIPT KILL spares r from then on.
 func (r *run) markWrote(e *Engine) {
 	e.mu.Lock()
 	r.wrote = true
