@@ -134,7 +134,11 @@ func TestScriptsCannotExhaustTheNode(t *testing.T) {
 			t.Errorf("%s: got %.120s, want %s", body, got, want)
 		}
 	}
-	sha := load(t, e, "local t = {} local s = string.rep('x', 4096) while true do t[#t + 1] = s .. #t end")
+	// A MiB a step, and a time limit far past what reaching the memory
+	// bound takes even under -race beside busy cores: the heap watch, not
+	// the clock, must stop it.
+	e.TimeLimit = 2 * time.Minute
+	sha := load(t, e, "local t = {} local s = string.rep('x', 1048576) while true do t[#t + 1] = s .. #t end")
 	if got := show(e.Run(sha, nil, nil, noCall)); !strings.HasPrefix(got, "-ERR Script stopped: it allocated more than") {
 		t.Fatalf("a script allocating without end: %.120s", got)
 	}
