@@ -278,7 +278,7 @@ func (env *Env) infoSection(sec string) []InfoField {
 	case "stats":
 		allowed, denied := env.Metrics.AcquireTotals()
 		full, refused := env.Service.Store.Evictions(), env.Service.Store.Refusals()
-		return []InfoField{
+		fields := []InfoField{
 			f("total_connections_received", int64(value(env.Metrics.ConnectionsReceived))),
 			f("total_commands_processed", env.Metrics.TotalCommands()),
 			f("acquire_allowed", allowed),
@@ -286,16 +286,26 @@ func (env *Env) infoSection(sec string) []InfoField {
 			f("evicted_full_buckets", full),
 			f("refused_new_buckets", refused),
 		}
+		if sc := env.Service.Scripts; sc != nil {
+			// sluice's own: script calls run as built-in operations
+			// (recognised library scripts, docs/redis-libraries.md).
+			fields = append(fields, f("scripts_run_natively", sc.NativeRuns()))
+		}
+		return fields
 	case "memory":
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		return []InfoField{
+		fields := []InfoField{
 			f("used_memory", m.HeapAlloc),
 			f("used_memory_human", fmt.Sprintf("%.2fM", float64(m.HeapAlloc)/(1<<20))),
 			f("used_memory_rss", m.Sys),
 			f("total_system_memory", systemMemory()),
 			f("gc_cycles", m.NumGC),
 		}
+		if sc := env.Service.Scripts; sc != nil {
+			fields = append(fields, f("number_of_cached_scripts", sc.Len()), f("used_memory_scripts_eval", sc.Bytes()))
+		}
+		return fields
 	case "buckets":
 		return []InfoField{
 			f("buckets", env.Service.Store.Len()),

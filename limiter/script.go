@@ -2,9 +2,9 @@ package limiter
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/sluice-rl/sluice/keyspace"
+	"github.com/sluice-rl/sluice/script"
 )
 
 // Scripts: Redis's EVAL and EVALSHA over the data commands (package
@@ -23,12 +23,7 @@ type Script struct {
 	ReadOnly bool
 }
 
-var (
-	errScriptsOff  = keyspace.Errf("ERR scripts are not enabled on this node")
-	errROWrite     = keyspace.Errf("ERR Write commands are not allowed from read-only scripts.")
-	errNotInScript = keyspace.Errf("ERR Unknown Redis command called from script")
-	errScriptArity = keyspace.Errf("ERR Wrong number of args calling Redis command from script")
-)
+var errScriptsOff = keyspace.Errf("ERR scripts are not enabled on this node")
 
 // Eval runs sc at now where its keys live; relayed: another member sent
 // it here, and it runs here.
@@ -55,25 +50,7 @@ func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 	tx := s.Keys.Lock(now, false, sc.Keys...)
 	tx.Only(sc.Keys)
 	defer tx.Unlock()
-	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, func(args [][]byte, wrote func()) keyspace.Reply {
-		sp := keyspace.Lookup(args[0])
-		if sp == nil {
-			if strings.EqualFold(string(args[0]), "TIME") && len(args) == 1 {
-				return timeReply(now)
-			}
-			return errNotInScript
-		}
-		if !sp.ArityOK(len(args)) {
-			return errScriptArity
-		}
-		if sc.ReadOnly && sp.Write {
-			return errROWrite
-		}
-		if sp.Write {
-			wrote()
-		}
-		return tx.Exec(sp, args)
-	})
+	return s.Scripts.Run(sc.SHA, sc.Keys, sc.Argv, script.Commands(tx, now, sc.ReadOnly))
 }
 
 // relayArgs writes sc as the command its keys' owner runs: EVAL with the
@@ -93,10 +70,4 @@ func (s *Service) relayArgs(sc *Script) [][]byte {
 	a := [][]byte{[]byte(name), code, []byte(strconv.Itoa(len(sc.Keys)))}
 	a = append(a, sc.Keys...)
 	return append(a, sc.Argv...)
-}
-
-func timeReply(now int64) keyspace.Reply {
-	sec, usec := now/1e9, now%1e9/1e3
-	return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{
-		keyspace.BulkString(strconv.FormatInt(sec, 10)), keyspace.BulkString(strconv.FormatInt(usec, 10))}}
 }

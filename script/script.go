@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -66,6 +67,10 @@ type compiled struct {
 type Engine struct {
 	// TimeLimit bounds one script's run (0: DefaultTimeLimit).
 	TimeLimit time.Duration
+	// Interpret runs every script in the interpreter, the recognised
+	// ones too (native.go; --script-native=false).
+	Interpret bool
+	natives   atomic.Int64 // calls run natively
 
 	// base ends every run when the node stops (Close).
 	base    context.Context
@@ -244,6 +249,12 @@ func (e *Engine) Run(sha string, keys, argv [][]byte, call Call) keyspace.Reply 
 	c, ok := e.get(sha)
 	if !ok {
 		return ErrNoScript
+	}
+	if n := natives[sha]; n != nil && !e.Interpret {
+		if r, ok := n.run(&nativeCall{call: call, sha: sha}, keys, argv); ok {
+			e.natives.Add(1)
+			return r
+		}
 	}
 	limit := e.TimeLimit
 	if limit <= 0 {
@@ -602,8 +613,14 @@ func redisCall(L *lua.LState, raising bool) int {
 func raise(L *lua.LState, msg string) {
 	sha, _ := L.GetField(L.Get(lua.RegistryIndex), "sluice.sha").(lua.LString)
 	t := L.NewTable()
-	t.RawSetString("err", lua.LString(msg+" script: "+string(sha)+", on @user_script:"+line(L)+"."))
+	t.RawSetString("err", lua.LString(raised(msg, string(sha), line(L))))
 	L.Error(t, 1)
+}
+
+// raised is the error a script ends with when a redis lib call at line ln
+// raises msg.
+func raised(msg, sha, ln string) string {
+	return msg + " script: " + sha + ", on @user_script:" + ln + "."
 }
 
 // line is the script's line that is running, as Redis reports it.
@@ -702,4 +719,41 @@ func fromLua(v lua.LValue, depth int) keyspace.Reply {
 		return out
 	}
 	return keyspace.NilReply
+}
+
+var (
+	errROWrite     = keyspace.Errf("ERR Write commands are not allowed from read-only scripts.")
+	errNotInScript = keyspace.Errf("ERR Unknown Redis command called from script")
+	errScriptArity = keyspace.Errf("ERR Wrong number of args calling Redis command from script")
+)
+
+// Commands is the Call of a script that runs inside tx at now (Unix ns):
+// the keyspace's commands on the keys tx holds, and TIME; readOnly
+// (EVAL_RO) refuses the commands that write.
+func Commands(tx *keyspace.Tx, now int64, readOnly bool) Call {
+	return func(args [][]byte, wrote func()) keyspace.Reply {
+		sp := keyspace.Lookup(args[0])
+		if sp == nil {
+			if strings.EqualFold(string(args[0]), "TIME") && len(args) == 1 {
+				return timeReply(now)
+			}
+			return errNotInScript
+		}
+		if !sp.ArityOK(len(args)) {
+			return errScriptArity
+		}
+		if readOnly && sp.Write {
+			return errROWrite
+		}
+		if sp.Write {
+			wrote()
+		}
+		return tx.Exec(sp, args)
+	}
+}
+
+func timeReply(now int64) keyspace.Reply {
+	sec, usec := now/1e9, now%1e9/1e3
+	return keyspace.Reply{Kind: keyspace.Array, Elems: []keyspace.Reply{
+		keyspace.BulkString(strconv.FormatInt(sec, 10)), keyspace.BulkString(strconv.FormatInt(usec, 10))}}
 }

@@ -52,6 +52,7 @@ type Config struct {
 	MaxBuckets           int
 	MaxDataMemory        int
 	ScriptTimeLimit      time.Duration
+	ScriptNative         bool
 	MaxQuotas            int
 	MaxReservations      int
 	ReservationTTL       time.Duration
@@ -213,6 +214,7 @@ var settings = []setting{
 	{name: "max-buckets", def: "10000000", usage: "maximum live buckets; at the bound a full bucket makes room, else calls needing a new bucket are refused", bind: num(func(c *Config) *int { return &c.MaxBuckets })},
 	{name: "max-data-memory", def: "268435456", usage: "maximum bytes of the data commands' keys and values (SET, INCR, HSET …) on this node, overheads included; a write past it, or past --max-buckets keys, is refused with Redis's OOM error", bind: num(func(c *Config) *int { return &c.MaxDataMemory })},
 	{name: "script-time-limit", def: "5s", usage: "how long one Lua script (EVAL, EVALSHA) may run before it is stopped; SCRIPT KILL stops one that has not written sooner", bind: dur(func(c *Config) *time.Duration { return &c.ScriptTimeLimit })},
+	{name: "script-native", def: "true", usage: "run the rate-limit libraries' scripts sluice recognises as built-in operations (false: every script in the Lua interpreter)", bind: boolean(func(c *Config) *bool { return &c.ScriptNative })},
 	{name: "max-quota-counters", def: "1000000", usage: "maximum committed calendar quota counters; calls that would start another are refused (0: no limit)", bind: num(func(c *Config) *int { return &c.MaxQuotas })},
 	{name: "max-reservations", def: "1000000", usage: "maximum open reservations (RL.RESERVE) on this node; one more is refused until some are settled, released or expire", bind: num(func(c *Config) *int { return &c.MaxReservations })},
 	{name: "reservation-ttl", def: "60s", usage: "how long a reservation lives when RL.RESERVE gives no TTL; it is then settled at its estimate", bind: dur(func(c *Config) *time.Duration { return &c.ReservationTTL })},
@@ -277,7 +279,7 @@ var helpGroups = []struct {
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "loading-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
-	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
+	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "script-native", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
 	{"Envoy", []string{"envoy-config"}},
 	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},

@@ -121,6 +121,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.svc.Keys = keyspace.New(keyspace.Options{MaxKeys: cfg.MaxBuckets, MaxBytes: int64(cfg.MaxDataMemory)})
 	s.svc.Scripts = luascript.New()
 	s.svc.Scripts.TimeLimit = cfg.ScriptTimeLimit
+	s.svc.Scripts.Interpret = !cfg.ScriptNative
 	s.env.Service = s.svc
 	s.env.ClientMemory = s.reserveBuffer
 	s.env.Settings = func() []commands.Setting {

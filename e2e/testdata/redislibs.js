@@ -52,6 +52,9 @@ async function main() {
   out.push(['increment', await inc()]);
   await store.decrement('ip');
   out.push(['after decrement', await inc()]);
+  const got = await store.get('ip');
+  out.push(['get', { hits: got.totalHits, reset: sec(got.resetTime.getTime() - Date.now()) }]);
+  out.push(['get missing', await store.get('nobody').then((r) => r && r.totalHits)]);
   await store.resetKey('ip');
   out.push(['after reset', await inc()]);
 
