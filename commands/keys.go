@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/glob"
 	"github.com/sluice-rl/sluice/keyspace"
 	"github.com/sluice-rl/sluice/raftfsm"
 )
@@ -205,7 +206,7 @@ func scanCmd(ctx *Ctx) {
 		start := len(buf)
 		buf = keyName(buf, space, key)
 		name := buf[start:len(buf):len(buf)]
-		if match != nil && !globMatch(match, name) {
+		if match != nil && !glob.All(match) && !glob.Match(match, name) {
 			buf = buf[:start]
 			return
 		}
@@ -258,81 +259,4 @@ func scanCmd(ctx *Ctx) {
 	for _, n := range names {
 		c.WriteBulk(n)
 	}
-}
-
-// globMatch matches s against a Redis glob pattern: * ? [abc] [^a] [a-z]
-// and \ escapes. Unlike path.Match, * also matches '/', which budget
-// paths contain. A star backtracks only to the last star, so the time is
-// at most the product of the lengths, whatever the pattern.
-func globMatch(p, s []byte) bool {
-	pi, si := 0, 0
-	star, mark := -1, 0
-	for si < len(s) {
-		if pi < len(p) && p[pi] == '*' {
-			for pi < len(p) && p[pi] == '*' {
-				pi++
-			}
-			star, mark = pi, si
-			continue
-		}
-		if pi < len(p) {
-			if n, ok := matchOne(p[pi:], s[si]); ok {
-				pi += n
-				si++
-				continue
-			}
-		}
-		if star < 0 {
-			return false
-		}
-		mark++
-		pi, si = star, mark
-	}
-	for pi < len(p) && p[pi] == '*' {
-		pi++
-	}
-	return pi == len(p)
-}
-
-// matchOne matches one byte c against the pattern element at the start of
-// p (not a star) and returns the element's length.
-func matchOne(p []byte, c byte) (int, bool) {
-	switch p[0] {
-	case '?':
-		return 1, true
-	case '\\':
-		if len(p) > 1 {
-			return 2, p[1] == c
-		}
-		return 1, c == '\\'
-	case '[':
-		i := 1
-		not := i < len(p) && p[i] == '^'
-		if not {
-			i++
-		}
-		matched := false
-		for i < len(p) && p[i] != ']' {
-			switch {
-			case p[i] == '\\' && i+1 < len(p):
-				matched = matched || p[i+1] == c
-				i += 2
-			case i+2 < len(p) && p[i+1] == '-' && p[i+2] != ']':
-				lo, hi := p[i], p[i+2]
-				if lo > hi {
-					lo, hi = hi, lo
-				}
-				matched = matched || lo <= c && c <= hi
-				i += 3
-			default:
-				matched = matched || p[i] == c
-				i++
-			}
-		}
-		if i < len(p) {
-			i++ // the ']'
-		}
-		return i, matched != not
-	}
-	return 1, p[0] == c
 }

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-rl/sluice/access"
 	"github.com/sluice-rl/sluice/testsupport/testkit"
@@ -435,24 +434,5 @@ func TestSyntaxRendersBackFromCommandDocs(t *testing.T) {
 			}
 		}
 		check(c.Args())
-	}
-}
-
-func TestGlobMatch(t *testing.T) {
-	for _, tc := range []struct {
-		p, s string
-		ok   bool
-	}{
-		{"*", "system/p/t", true}, {"system/*", "system/p/t#alice", true}, {"a?c", "abc", true}, {"a?c", "ac", false},
-		{"[abc]x", "bx", true}, {"[^abc]x", "bx", false}, {"[a-c]x", "cx", true}, {`\*`, "*", true}, {`\*`, "a", false},
-		{"*a*a*a*a*a*a*a*a*b", strings.Repeat("a", 200), false}, {"k*", "k", true}, {"", "", true}, {"", "a", false},
-	} {
-		start := time.Now()
-		if got := globMatch([]byte(tc.p), []byte(tc.s)); got != tc.ok {
-			t.Errorf("globMatch(%q, %q) = %v", tc.p, tc.s, got)
-		}
-		if time.Since(start) > time.Second {
-			t.Errorf("globMatch(%q, …) took %v", tc.p, time.Since(start))
-		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/glob"
 )
 
 func serverCommands() []*Command {
@@ -202,7 +204,7 @@ func configCmd(ctx *Ctx) {
 	var out []Setting
 	for _, s := range ctx.Env.Settings() {
 		for _, p := range a[2:] {
-			if globMatch(bytes.ToLower(p), []byte(s.Name)) {
+			if glob.Match(bytes.ToLower(p), []byte(s.Name)) {
 				out = append(out, s)
 				break
 			}
