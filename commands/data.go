@@ -2,10 +2,11 @@ package commands
 
 import "github.com/sluice-rl/sluice/keyspace"
 
-// The data commands: Redis's strings, integer counters and hashes with
-// their expiry (package keyspace), so that rate-limit libraries written
-// for Redis run unchanged. Each runs where its keys live
-// (limiter.Service.Data) and answers as Redis does.
+// The data commands: Redis's strings, integer counters, hashes, lists and
+// sorted sets with their expiry (package keyspace), so that rate-limit
+// libraries written for Redis run unchanged. Each runs where its keys
+// live (limiter.Service.Data) and answers as Redis does; a RESP3 client
+// gets scores as doubles (keyspace.Spec.RESP3), whichever node answered.
 
 func dataCommands() []*Command {
 	var out []*Command
@@ -18,7 +19,13 @@ func dataCommands() []*Command {
 			flags |= FlagReadOnly
 		}
 		out = append(out, &Command{Name: sp.Name, Arity: sp.Arity, Flags: flags, FirstKey: sp.FirstKey,
-			Handler: func(ctx *Ctx) { ctx.writeData(ctx.data(sp)) }, Summary: sp.Summary, Syntax: sp.Syntax})
+			Handler: func(ctx *Ctx) {
+				r := ctx.data(sp)
+				if ctx.RESP3() {
+					r = sp.RESP3(ctx.Args, r)
+				}
+				ctx.writeData(r)
+			}, Summary: sp.Summary, Syntax: sp.Syntax})
 	}
 	return out
 }
@@ -44,6 +51,14 @@ func (ctx *Ctx) writeData(r keyspace.Reply) {
 		c.WriteInt64(r.Int)
 	case keyspace.Bulk:
 		c.WriteBulkString(r.Str)
+	case keyspace.Double:
+		if !ctx.RESP3() {
+			c.WriteBulkString(r.Str)
+			return
+		}
+		h := append(append(append(ctx.S.hdr[:0], ','), r.Str...), '\r', '\n')
+		ctx.S.hdr = h
+		c.WriteRaw(h)
 	case keyspace.Map:
 		ctx.WriteMap(len(r.Elems) / 2)
 		for _, e := range r.Elems {

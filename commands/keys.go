@@ -16,12 +16,15 @@ import (
 // (the node path, or path#subject), or a calendar quota counter
 // ("quota:" and its level, as limited_by names it). A full bucket is
 // forgotten (it loses nothing), so the keyspace holds the keys that are
-// not at full capacity, as DBSIZE counts them.
+// not at full capacity, as DBSIZE counts them. Beside the buckets are the
+// keys of the data commands this node keeps (package keyspace).
 
 func keyCommands() []*Command {
 	return []*Command{
 		{Name: "SCAN", Arity: -2, Flags: FlagReadOnly, Handler: scanCmd,
-			Summary: "Iterate over the live buckets.", Syntax: "cursor [MATCH pattern] [COUNT count] [TYPE type]"},
+			Summary: "Iterate over the live buckets and this node's data keys.", Syntax: "cursor [MATCH pattern] [COUNT count] [TYPE type]"},
+		{Name: "KEYS", Arity: 2, Flags: FlagReadOnly, Handler: keysCmd,
+			Summary: "The names of the live buckets and this node's data keys that match a pattern.", Syntax: "pattern"},
 		{Name: "TYPE", Arity: 2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: typeCmd,
 			Summary: "The algorithm of a live bucket (quota for a quota counter), or none.", Syntax: "key"},
 		{Name: "TTL", Arity: 2, Flags: FlagReadOnly | FlagFast, FirstKey: 1, Handler: ttlCmd,
@@ -67,11 +70,18 @@ func (ctx *Ctx) keyCount() int {
 	return max(st.Len()-st.QuotaLen(), 0) + q.QuotaCounters() + data
 }
 
-// scanQuotaPhase marks a SCAN cursor that has gone through the store and
-// is in the committed quota counters: the low bits are the next part.
-// Store cursors stay far below it (a shard number under 2^12, shifted by
-// 32).
-const scanQuotaPhase = 1 << 62
+// A SCAN cursor walks three phases, each a range of the cursor's values:
+// the store's buckets (below scanDataPhase: the store's own cursor, a
+// shard number under 2^12 shifted by 32 and an entry number), then this
+// node's data keys (scanDataPhase and the keyspace part to go on from,
+// a place in the keys' hash space: keyspace.Store.Scan), then the
+// committed quota counters (scanQuotaPhase and the next part). Each
+// phase's cursor names a place that does not move while keys come and
+// go, so a key that lives throughout a scan is named exactly once.
+const (
+	scanDataPhase  = 1 << 61
+	scanQuotaPhase = 1 << 62
+)
 
 // keyName appends the name SCAN shows for a stored key.
 func keyName(b []byte, space engine.Space, key []byte) []byte {
@@ -175,7 +185,7 @@ func scanCmd(ctx *Ctx) {
 		return
 	}
 	count := int64(10)
-	var match, typ []byte
+	var l nameList
 	for i := 2; i < len(a); i += 2 {
 		if i+1 >= len(a) {
 			ctx.Conn.WriteError(errSyntax)
@@ -183,7 +193,7 @@ func scanCmd(ctx *Ctx) {
 		}
 		switch v := a[i+1]; {
 		case eq(a[i], "MATCH"):
-			match = v
+			l.match = v
 		case eq(a[i], "COUNT"):
 			var e string
 			if count, e = intArg(v, "COUNT", 1, 1<<20); e != "" {
@@ -191,51 +201,109 @@ func scanCmd(ctx *Ctx) {
 				return
 			}
 		case eq(a[i], "TYPE"):
-			typ = v
+			l.typ = v
 		default:
 			ctx.Conn.WriteError(errSyntax)
 			return
 		}
 	}
-	var names [][]byte
-	var buf []byte
-	add := func(space engine.Space, key []byte, algo engine.Algo) {
-		if typ != nil && !eq(typ, algo.String()) {
-			return
-		}
-		start := len(buf)
-		buf = keyName(buf, space, key)
-		name := buf[start:len(buf):len(buf)]
-		if match != nil && !glob.All(match) && !glob.Match(match, name) {
-			buf = buf[:start]
-			return
-		}
-		names = append(names, name)
+	next := ctx.scanStep(cursor, count, &l)
+	c := ctx.Conn
+	c.WriteArray(2)
+	c.WriteBulkString(strconv.FormatUint(next, 10))
+	c.WriteArray(len(l.ends))
+	l.each(c.WriteBulk)
+}
+
+// keysCmd is KEYS pattern: what a SCAN from 0 to its end with MATCH
+// pattern names, in one reply.
+func keysCmd(ctx *Ctx) {
+	l := nameList{match: ctx.Args[1]}
+	for cursor := ctx.scanStep(0, 1<<20, &l); cursor != 0; {
+		cursor = ctx.scanStep(cursor, 1<<20, &l)
 	}
+	ctx.Conn.WriteArray(len(l.ends))
+	l.each(ctx.Conn.WriteBulk)
+}
+
+// nameList collects the names a SCAN or KEYS keeps: of type typ (a
+// bucket's algorithm or a data key's type; nil: any) and matching match
+// (nil: any), one after another in buf.
+type nameList struct {
+	match, typ []byte
+	buf        []byte
+	ends       []int // where each name ends in buf
+}
+
+// add keeps the name build appends, of type typ, if it passes.
+func (l *nameList) add(typ string, build func(b []byte) []byte) {
+	if l.typ != nil && !eq(l.typ, typ) {
+		return
+	}
+	start := len(l.buf)
+	l.buf = build(l.buf)
+	if l.match != nil && !glob.All(l.match) && !glob.Match(l.match, l.buf[start:]) {
+		l.buf = l.buf[:start]
+		return
+	}
+	l.ends = append(l.ends, len(l.buf))
+}
+
+func (l *nameList) each(f func(name []byte)) {
+	start := 0
+	for _, end := range l.ends {
+		f(l.buf[start:end])
+		start = end
+	}
+}
+
+// scanStep walks the keyspace from cursor on, about count keys (COUNT is
+// a hint, as in Redis), adds what it visits to l, and returns the cursor
+// to go on from: 0 at the end (scanDataPhase says how the cursor reads).
+func (ctx *Ctx) scanStep(cursor uint64, count int64, l *nameList) uint64 {
 	q := ctx.committed()
 	next := cursor
-	if cursor < scanQuotaPhase {
+	if next < scanDataPhase {
 		next = ctx.Env.Service.Store.Scan(cursor, int(count), func(space engine.Space, key []byte, algo engine.Algo) {
 			if space == engine.SpaceQuota && q != nil {
 				return // named from the committed counters below
 			}
 			count--
-			add(space, key, algo)
+			l.add(algo.String(), func(b []byte) []byte { return keyName(b, space, key) })
 		})
-		if next == 0 && q != nil {
+		if next == 0 {
+			next = scanDataPhase
+		}
+	}
+	if next >= scanDataPhase && next < scanQuotaPhase {
+		part := keyspace.Parts
+		if keys := ctx.Env.Service.Keys; keys != nil {
+			part = int(min(next-scanDataPhase, keyspace.Parts))
+			if count > 0 {
+				part = keys.Scan(ctx.Now(), part, int(count), func(k string, t keyspace.Type) {
+					count--
+					l.add(t.Name(), func(b []byte) []byte { return append(b, k...) })
+				})
+			}
+		}
+		next = scanDataPhase + uint64(part)
+		if part >= keyspace.Parts {
 			next = scanQuotaPhase
 		}
 	}
 	if next >= scanQuotaPhase {
-		// The committed counters, a whole part at a time (COUNT is a
-		// hint, as in Redis), so that the cursor never points inside one.
+		if q == nil {
+			return 0 // no committed counters: the walk is over
+		}
+		// The committed counters, a whole part at a time, so that the
+		// cursor never points inside one.
 		now := ctx.Now()
-		part := int(next - scanQuotaPhase)
+		part := int(min(next-scanQuotaPhase, uint64(raftfsm.QuotaParts)))
 		for ; part < raftfsm.QuotaParts && count > 0; part++ {
 			q.ScanQuotas(part, func(it raftfsm.QuotaItem) {
 				if it.End > now {
 					count--
-					add(engine.SpaceQuota, []byte(it.Key), engine.Quota)
+					l.add(engine.Quota.String(), func(b []byte) []byte { return keyName(b, engine.SpaceQuota, []byte(it.Key)) })
 				}
 			})
 		}
@@ -244,19 +312,5 @@ func scanCmd(ctx *Ctx) {
 			next = 0
 		}
 	}
-	// names alias buf, which may have moved as it grew: rebuild the slices.
-	if len(names) > 0 {
-		off := 0
-		for i, n := range names {
-			names[i] = buf[off : off+len(n)]
-			off += len(n)
-		}
-	}
-	c := ctx.Conn
-	c.WriteArray(2)
-	c.WriteBulkString(strconv.FormatUint(next, 10))
-	c.WriteArray(len(names))
-	for _, n := range names {
-		c.WriteBulk(n)
-	}
+	return next
 }

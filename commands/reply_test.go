@@ -27,6 +27,7 @@ type (
 	mapv []rv // key, value, key, value …
 	setv []rv
 	verb string // verbatim (RESP3), bulk (RESP2)
+	dbl  string // a double (RESP3), bulk (RESP2)
 	rex  string // a regular expression over the encoded bytes, for replies that vary
 	byp  func(p int) rv
 )
@@ -63,6 +64,12 @@ func (v setv) enc(p int) string {
 func (v verb) enc(p int) string {
 	if p == 3 {
 		return "=" + strconv.Itoa(len(v)+4) + "\r\ntxt:" + string(v) + "\r\n"
+	}
+	return blk(v).enc(p)
+}
+func (v dbl) enc(p int) string {
+	if p == 3 {
+		return "," + string(v) + "\r\n"
 	}
 	return blk(v).enc(p)
 }
@@ -277,6 +284,38 @@ func TestEveryCommandRepliesExactlyInBothProtocols(t *testing.T) {
 			}
 			return rex(`^\*-1\r\n$`)
 		})},
+		{"HEXISTS dh a", num(1)},
+		{"HLEN dh", num(2)},
+		{"HKEYS dh", arr{blk("a"), blk("b")}},
+		{"HVALS dh", arr{blk("3"), blk("2.5")}},
+		{"ZADD dz 1 a 2.5 b 3 c", num(3)},
+		{"ZADD dz INCR 1 a", dbl("2")},
+		{"ZINCRBY dz 0.5 c", dbl("3.5")},
+		{"ZSCORE dz b", dbl("2.5")},
+		{"ZSCORE dz nosuch", nul{}},
+		{"ZCARD dz", num(3)},
+		{"ZCOUNT dz (2 +inf", num(2)},
+		{"ZRANK dz b", num(1)},
+		{"ZREVRANK dz b", num(1)},
+		{"ZRANGE dz 0 -1", arr{blk("a"), blk("b"), blk("c")}},
+		{"ZRANGE dz 0 0 WITHSCORES", byp(func(p int) rv {
+			if p == 3 {
+				return arr{arr{blk("a"), dbl("2")}}
+			}
+			return arr{blk("a"), blk("2")}
+		})},
+		{"ZRANGEBYSCORE dz 2.5 +inf LIMIT 0 1", arr{blk("b")}},
+		{"ZREVRANGE dz 0 0", arr{blk("c")}},
+		{"ZREVRANGEBYSCORE dz +inf -inf LIMIT 0 1", arr{blk("c")}},
+		{"ZRANGE dz 0 1 BOGUS", errv("ERR syntax error")},
+		{"ZCOUNT dz x 1", errv("ERR min or max is not a float")},
+		{"ZREMRANGEBYRANK dz 0 0", num(1)},
+		{"ZREMRANGEBYSCORE dz -inf 3", num(1)},
+		{"ZREM dz c nosuch", num(1)},
+		{"TYPE dz", sstr("none")},
+		{"ZADD dz 1 a", num(1)},
+		{"TYPE dz", sstr("zset")},
+		{"KEYS d[z]", arr{blk("dz")}},
 		{"EVAL return(7) 0", num(7)},
 		{"EVAL return{1,'a',false} 0", arr{num(1), blk("a"), nul{}}},
 		{"EVALSHA ffffffffffffffffffffffffffffffffffffffff 0", errv("NOSCRIPT No matching script. Please use EVAL.")},

@@ -2,10 +2,11 @@ package keyspace
 
 import (
 	"math"
-
-	"github.com/sluice-rl/sluice/fault"
 	"strconv"
 	"strings"
+
+	"github.com/sluice-rl/sluice/fault"
+	"github.com/sluice-rl/sluice/internal/glob"
 )
 
 // Spec is one command of the keyspace: its name, arity as Redis counts
@@ -26,6 +27,12 @@ type Spec struct {
 	ScriptOnly      bool
 	Summary, Syntax string
 	run             func(tx *Tx, a [][]byte) Reply
+	// resp3 says how the reply differs in RESP3 (scores: RESP3).
+	resp3 resp3Shape
+	// removes: the command writes only by removing keys (DEL, UNLINK),
+	// which a script may do to keys it did not declare once it has
+	// called KEYS.
+	removes bool
 }
 
 // Keys returns the keys a call of the command names.
@@ -59,8 +66,8 @@ var specs = []*Spec{
 	{Name: "INCRBY", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(1, true), Summary: "Add to an integer counter.", Syntax: "key increment"},
 	{Name: "DECRBY", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrCmd(-1, true), Summary: "Subtract from an integer counter.", Syntax: "key decrement"},
 	{Name: "INCRBYFLOAT", Arity: 3, FirstKey: 1, LastKey: 1, Write: true, run: incrFloatCmd, Summary: "Add a float to a counter.", Syntax: "key increment"},
-	{Name: "DEL", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, run: delCmd, Summary: "Delete keys.", Syntax: "key [key ...]"},
-	{Name: "UNLINK", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, run: delCmd, Summary: "Delete keys (as DEL).", Syntax: "key [key ...]"},
+	{Name: "DEL", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, removes: true, run: delCmd, Summary: "Delete keys.", Syntax: "key [key ...]"},
+	{Name: "UNLINK", Arity: -2, FirstKey: 1, LastKey: -1, Write: true, removes: true, run: delCmd, Summary: "Delete keys (as DEL).", Syntax: "key [key ...]"},
 	{Name: "EXISTS", Arity: -2, FirstKey: 1, LastKey: -1, run: existsCmd, Summary: "Count the keys that exist.", Syntax: "key [key ...]"},
 	{Name: "EXPIRE", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1000, false, "expire"), Summary: "Make a key expire in seconds.", Syntax: "key seconds [NX | XX | GT | LT]"},
 	{Name: "PEXPIRE", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: expireCmd(1, false, "pexpire"), Summary: "Make a key expire in milliseconds.", Syntax: "key milliseconds [NX | XX | GT | LT]"},
@@ -71,6 +78,7 @@ var specs = []*Spec{
 	{Name: "TTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1000), Summary: "Seconds before a key expires.", Syntax: "key"},
 	{Name: "PTTL", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: ttlCmd(1), Summary: "Milliseconds before a key expires.", Syntax: "key"},
 	{Name: "TYPE", Arity: 2, FirstKey: 1, LastKey: 1, ScriptOnly: true, run: typeCmd, Summary: "A key's type.", Syntax: "key"},
+	{Name: "KEYS", Arity: 2, ScriptOnly: true, run: keysCmd, Summary: "The keys whose names match a pattern.", Syntax: "pattern"},
 	{Name: "LPUSH", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: pushCmd(true), Summary: "Add elements at a list's head.", Syntax: "key element [element ...]"},
 	{Name: "RPUSH", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: pushCmd(false), Summary: "Add elements at a list's tail.", Syntax: "key element [element ...]"},
 	{Name: "LPOP", Arity: -2, FirstKey: 1, LastKey: 1, Write: true, run: popCmd(true), Summary: "Remove and return elements from a list's head.", Syntax: "key [count]"},
@@ -87,6 +95,29 @@ var specs = []*Spec{
 	{Name: "HINCRBYFLOAT", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: hincrbyfloatCmd, Summary: "Add a float to a hash field.", Syntax: "key field increment"},
 	{Name: "HDEL", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: hdelCmd, Summary: "Delete hash fields.", Syntax: "key field [field ...]"},
 	{Name: "HGETALL", Arity: 2, FirstKey: 1, LastKey: 1, ReplyMap: true, run: hgetallCmd, Summary: "Get a hash's fields and values.", Syntax: "key"},
+	{Name: "HEXISTS", Arity: 3, FirstKey: 1, LastKey: 1, run: hexistsCmd, Summary: "Whether a hash field exists.", Syntax: "key field"},
+	{Name: "HLEN", Arity: 2, FirstKey: 1, LastKey: 1, run: hlenCmd, Summary: "The number of a hash's fields.", Syntax: "key"},
+	{Name: "HKEYS", Arity: 2, FirstKey: 1, LastKey: 1, run: hkeysCmd(true), Summary: "A hash's fields.", Syntax: "key"},
+	{Name: "HVALS", Arity: 2, FirstKey: 1, LastKey: 1, run: hkeysCmd(false), Summary: "A hash's values.", Syntax: "key"},
+	{Name: "ZADD", Arity: -4, FirstKey: 1, LastKey: 1, Write: true, run: zaddCmd(false), resp3: asScore, Summary: "Add members to a sorted set, or change their scores.",
+		Syntax: "key [NX | XX] [GT | LT] [CH] [INCR] score member [score member ...]"},
+	{Name: "ZINCRBY", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: zaddCmd(true), resp3: asScore, Summary: "Add to a sorted set member's score.", Syntax: "key increment member"},
+	{Name: "ZREM", Arity: -3, FirstKey: 1, LastKey: 1, Write: true, run: zremCmd, Summary: "Remove members from a sorted set.", Syntax: "key member [member ...]"},
+	{Name: "ZREMRANGEBYSCORE", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: zremrangeCmd(true), Summary: "Remove a sorted set's members within a range of scores.", Syntax: "key min max"},
+	{Name: "ZREMRANGEBYRANK", Arity: 4, FirstKey: 1, LastKey: 1, Write: true, run: zremrangeCmd(false), Summary: "Remove a sorted set's members within a range of indexes.", Syntax: "key start stop"},
+	{Name: "ZCARD", Arity: 2, FirstKey: 1, LastKey: 1, run: zcardCmd, Summary: "The number of a sorted set's members.", Syntax: "key"},
+	{Name: "ZCOUNT", Arity: 4, FirstKey: 1, LastKey: 1, run: zcountCmd, Summary: "Count a sorted set's members within a range of scores.", Syntax: "key min max"},
+	{Name: "ZSCORE", Arity: 3, FirstKey: 1, LastKey: 1, run: zscoreCmd, resp3: asScore, Summary: "A sorted set member's score.", Syntax: "key member"},
+	{Name: "ZRANK", Arity: 3, FirstKey: 1, LastKey: 1, run: zrankCmd(false), Summary: "A sorted set member's index, lowest score first.", Syntax: "key member"},
+	{Name: "ZREVRANK", Arity: 3, FirstKey: 1, LastKey: 1, run: zrankCmd(true), Summary: "A sorted set member's index, highest score first.", Syntax: "key member"},
+	{Name: "ZRANGE", Arity: -4, FirstKey: 1, LastKey: 1, run: zrangeCmd(zbyAny, false), resp3: asPairs, Summary: "A range of a sorted set's members, by index, score or member.",
+		Syntax: "key start stop [BYSCORE | BYLEX] [REV] [LIMIT offset count] [WITHSCORES]"},
+	{Name: "ZRANGEBYSCORE", Arity: -4, FirstKey: 1, LastKey: 1, run: zrangeCmd(zbyScore, false), resp3: asPairs, Summary: "A sorted set's members within a range of scores, lowest first.",
+		Syntax: "key min max [WITHSCORES] [LIMIT offset count]"},
+	{Name: "ZREVRANGE", Arity: -4, FirstKey: 1, LastKey: 1, run: zrangeCmd(zbyRank, true), resp3: asPairs, Summary: "A range of a sorted set's members by index, highest score first.",
+		Syntax: "key start stop [WITHSCORES]"},
+	{Name: "ZREVRANGEBYSCORE", Arity: -4, FirstKey: 1, LastKey: 1, run: zrangeCmd(zbyScore, true), resp3: asPairs, Summary: "A sorted set's members within a range of scores, highest first.",
+		Syntax: "key max min [WITHSCORES] [LIMIT offset count]"},
 }
 
 var byName = func() map[string]*Spec {
@@ -119,17 +150,23 @@ func (s *Store) Exec(now int64, sp *Spec, a [][]byte) Reply {
 }
 
 // Exec runs one command inside the transaction, which must hold its keys
-// (a script's declared keys).
+// (a script's declared keys). Once the transaction holds every shard
+// after a KEYS (widen), a command that only reads or removes keys (DEL,
+// UNLINK) may name keys it did not declare, as Redis's reset scripts
+// delete what KEYS found; other writes stay on the declared keys.
 func (tx *Tx) Exec(sp *Spec, a [][]byte) Reply {
 	if !sp.ArityOK(len(a)) {
 		return WrongArity(sp.Name)
 	}
+	free := tx.wide && (!sp.Write || sp.removes)
 	for _, k := range sp.Keys(a) {
-		if !tx.Holds(k) {
+		if !free && !tx.Holds(k) {
 			return Errf("ERR script tried accessing key '" + fault.Printable(k) + "' it did not declare: pass every key a script touches in KEYS")
 		}
 	}
-	return sp.run(tx, a)
+	r := sp.run(tx, a)
+	tx.calls++
+	return r
 }
 
 // WrongArity is Redis's reply to a command with the wrong number of
@@ -510,6 +547,31 @@ func typeCmd(tx *Tx, a [][]byte) Reply {
 	return Reply{Kind: Status, Str: v.typ.Name()}
 }
 
+// errKeysLate refuses a script's KEYS after its other commands (widen).
+var errKeysLate = Errf("ERR KEYS must come before a script's other commands: from it on the script holds this node's whole keyspace, which it cannot take while holding its own keys' shards")
+
+// keysCmd is a script's KEYS pattern: the names of this node's keys that
+// match, in the order of their places (a client's KEYS is the server's
+// own, which lists buckets too). From it on the script holds every shard
+// (widen), as a script holds the whole of a Redis.
+func keysCmd(tx *Tx, a [][]byte) Reply {
+	if !tx.widen() {
+		return errKeysLate
+	}
+	out := Reply{Kind: Array}
+	all := glob.All(a[1])
+	for i := range tx.s.shards {
+		for _, m := range tx.s.shards[i].parts {
+			tx.s.visit(m, tx.nowMs, func(k string, _ Type) {
+				if all || glob.Match(a[1], k) {
+					out.Elems = append(out.Elems, BulkString(k))
+				}
+			})
+		}
+	}
+	return out
+}
+
 func persistCmd(tx *Tx, a [][]byte) Reply {
 	v := tx.get(a[1])
 	if v == nil || v.exp == 0 {
@@ -759,6 +821,51 @@ func hgetallCmd(tx *Tx, a [][]byte) Reply {
 		out.Elems = append(out.Elems, BulkString(f), BulkReply(v.hash[f]))
 	}
 	return out
+}
+
+func hexistsCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.typed(TypeHash, a[1])
+	switch {
+	case !ok:
+		return e
+	case v == nil:
+		return Zero
+	}
+	_, had := v.hash[string(a[2])]
+	return boolReply(had)
+}
+
+func hlenCmd(tx *Tx, a [][]byte) Reply {
+	v, e, ok := tx.typed(TypeHash, a[1])
+	switch {
+	case !ok:
+		return e
+	case v == nil:
+		return Zero
+	}
+	return IntReply(int64(len(v.hash)))
+}
+
+// hkeysCmd is HKEYS (fields) and HVALS, in HGETALL's order.
+func hkeysCmd(fields bool) func(tx *Tx, a [][]byte) Reply {
+	return func(tx *Tx, a [][]byte) Reply {
+		v, e, ok := tx.typed(TypeHash, a[1])
+		if !ok {
+			return e
+		}
+		out := Reply{Kind: Array}
+		if v == nil {
+			return out
+		}
+		for _, f := range v.order {
+			if fields {
+				out.Elems = append(out.Elems, BulkString(f))
+			} else {
+				out.Elems = append(out.Elems, BulkReply(v.hash[f]))
+			}
+		}
+		return out
+	}
 }
 
 // --- lists ---------------------------------------------------------------

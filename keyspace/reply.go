@@ -17,6 +17,10 @@ const (
 	// NilArray is a null array (*-1; RESP3: null), as LPOP key count
 	// answers for a missing key.
 	NilArray
+	// Double is a RESP3 double (,1.5), Str its text; only Spec.RESP3
+	// makes one, for a RESP3 client: every command answers a score as a
+	// bulk string, as RESP2 has it and scripts and other nodes read it.
+	Double
 )
 
 // Reply is a command's answer in Redis's types: what the RESP front

@@ -1,9 +1,10 @@
 // Package keyspace keeps the Redis values that existing rate-limit
-// libraries store (strings and integer counters, hashes) with Redis's
-// expiry, and runs the commands they send on them with Redis's replies
-// and errors. Time is an argument: every command takes the instant it
-// runs at. The store is sharded; a command or script locks the shards of
-// the keys it names, in order, so it is atomic with respect to them.
+// libraries store (strings and integer counters, hashes, lists, sorted
+// sets) with Redis's expiry, and runs the commands they send on them with
+// Redis's replies and errors. Time is an argument: every command takes
+// the instant it runs at. The store is sharded; a command or script locks
+// the shards of the keys it names, in order, so it is atomic with respect
+// to them.
 package keyspace
 
 import (
@@ -16,6 +17,16 @@ import (
 // nShards is the number of shards; a Tx's locked shards fit one word.
 const nShards = 64
 
+// A key's place is the top bits of its 64-bit hash: the top 6 name its
+// shard, the next 6 its part within the shard. SCAN walks the parts in
+// order (Scan), so its cursor is a place in the hash space, whatever the
+// number of shards and however the maps grow.
+const (
+	partsPerShard = 64
+	// Parts is the number of parts SCAN walks the keyspace in.
+	Parts = nShards * partsPerShard
+)
+
 // Type is a value's Redis type.
 type Type uint8
 
@@ -23,11 +34,13 @@ const (
 	TypeString Type = iota + 1
 	TypeHash
 	TypeList
+	TypeZSet
 )
 
-// TypeOf is the type TYPE names name ("string", "hash"), or 0.
+// TypeOf is the type TYPE names name ("string", "hash", "list", "zset"),
+// or 0.
 func TypeOf(name string) Type {
-	for t := TypeString; t <= TypeList; t++ {
+	for t := TypeString; t <= TypeZSet; t++ {
 		if t.Name() == name {
 			return t
 		}
@@ -44,6 +57,8 @@ func (t Type) Name() string {
 		return "hash"
 	case TypeList:
 		return "list"
+	case TypeZSet:
+		return "zset"
 	}
 	return "none"
 }
@@ -56,6 +71,7 @@ type value struct {
 	// Redis lists a small hash in.
 	order []string
 	list  [][]byte // a list's elements, head first
+	zs    *zset    // a sorted set's members (zset.go)
 	// exp is when the key expires, in Unix ms; 0: never.
 	exp  int64
 	size int64 // bytes charged against the memory bound
@@ -70,8 +86,11 @@ const (
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*value
-	_  [40]byte
+	// parts are the shard's keys by their part (place); a part's map is
+	// made when its first key comes.
+	parts [partsPerShard]map[string]*value
+	// sweep is the part an active expiry pass samples first.
+	sweep uint8
 }
 
 // Options bound a store.
@@ -95,11 +114,7 @@ type Store struct {
 
 // New returns an empty store.
 func New(o Options) *Store {
-	s := &Store{seed: maphash.MakeSeed(), opts: o}
-	for i := range s.shards {
-		s.shards[i].m = map[string]*value{}
-	}
-	return s
+	return &Store{seed: maphash.MakeSeed(), opts: o}
 }
 
 // Len returns the number of keys, expired ones not yet removed included.
@@ -112,7 +127,18 @@ func (s *Store) Bytes() int64 { return s.bytes.Load() }
 // time (their shards differ): a script holding a does not hold up b.
 func (s *Store) Apart(a, b []byte) bool { return s.shardOf(a) != s.shardOf(b) }
 
-func (s *Store) shardOf(key []byte) int { return int(maphash.Bytes(s.seed, key) % nShards) }
+func (s *Store) shardOf(key []byte) int { return s.place(key) / partsPerShard }
+
+// place is key's part of the keyspace, 0 to Parts-1: the top bits of its
+// hash, its shard's number followed by its part's within the shard.
+func (s *Store) place(key []byte) int { return int(maphash.Bytes(s.seed, key) >> (64 - 12)) }
+
+// partOf returns the map of key's part, nil while it has no key.
+func (s *Store) partOf(key []byte) (*shard, map[string]*value) {
+	p := s.place(key)
+	sh := &s.shards[p/partsPerShard]
+	return sh, sh.parts[p%partsPerShard]
+}
 
 // Tx is a run of commands on the locked shards of the keys they name, at
 // one instant.
@@ -123,6 +149,11 @@ type Tx struct {
 	// only, when set (Only), are the keys the transaction may touch.
 	only    [][]byte
 	limited bool
+	// calls counts the commands run (Exec); wide: the transaction holds
+	// every shard since a KEYS (widen), and reads and deletes keys it did
+	// not declare.
+	calls int
+	wide  bool
 }
 
 // Only limits the transaction to keys (a script's declared KEYS; none:
@@ -171,22 +202,43 @@ func (tx *Tx) Holds(key []byte) bool {
 	return false
 }
 
+// widen makes the transaction hold every shard, as a script's KEYS
+// needs: at once when it holds them already or has run no command yet
+// (it lets its shards go and takes all of them in order, which is as if
+// it had taken them all from the start); false when it has run commands
+// on the shards it holds, which it cannot let go, and taking the others
+// while holding them could wait forever on a command that waits on it.
+func (tx *Tx) widen() bool {
+	switch {
+	case tx.locked == ^uint64(0):
+	case tx.calls > 0:
+		return false
+	default:
+		tx.Unlock()
+		for i := range tx.s.shards {
+			tx.s.shards[i].mu.Lock()
+		}
+		tx.locked = ^uint64(0)
+	}
+	tx.wide = true
+	return true
+}
+
 // get returns key's live value, removing it if it has expired.
 func (tx *Tx) get(key []byte) *value {
-	sh := &tx.s.shards[tx.s.shardOf(key)]
-	v := sh.m[string(key)]
+	_, m := tx.s.partOf(key)
+	v := m[string(key)]
 	if v != nil && v.exp != 0 && v.exp <= tx.nowMs {
-		tx.remove(sh, key, v)
+		tx.s.drop(m, string(key), v)
 		return nil
 	}
 	return v
 }
 
-func (tx *Tx) remove(sh *shard, key []byte, v *value) { tx.s.drop(sh, string(key), v) }
-
-// drop removes key's value v from sh (held) and its counts.
-func (s *Store) drop(sh *shard, key string, v *value) {
-	delete(sh.m, key)
+// drop removes key's value v from its part's map m (its shard held) and
+// its counts.
+func (s *Store) drop(m map[string]*value, key string, v *value) {
+	delete(m, key)
 	s.keys.Add(-1)
 	s.bytes.Add(-v.size)
 }
@@ -197,7 +249,8 @@ func (tx *Tx) del(key []byte) bool {
 	if v == nil {
 		return false
 	}
-	tx.remove(&tx.s.shards[tx.s.shardOf(key)], key, v)
+	_, m := tx.s.partOf(key)
+	tx.s.drop(m, string(key), v)
 	return true
 }
 
@@ -213,8 +266,8 @@ func (tx *Tx) room(new bool, n int64) bool {
 // put stores v under key (replacing what is there) if the bounds allow,
 // and reports whether it did.
 func (tx *Tx) put(key []byte, v *value) bool {
-	sh := &tx.s.shards[tx.s.shardOf(key)]
-	old := sh.m[string(key)]
+	sh, m := tx.s.partOf(key)
+	old := m[string(key)]
 	v.size = v.footprint(len(key))
 	delta := v.size
 	if old != nil {
@@ -223,7 +276,11 @@ func (tx *Tx) put(key []byte, v *value) bool {
 	if !tx.room(old == nil, delta) {
 		return false
 	}
-	sh.m[string(key)] = v
+	if m == nil {
+		m = map[string]*value{}
+		sh.parts[tx.s.place(key)%partsPerShard] = m
+	}
+	m[string(key)] = v
 	if old == nil {
 		tx.s.keys.Add(1)
 	}
@@ -243,6 +300,14 @@ func (tx *Tx) resize(key []byte, v *value) bool {
 	return true
 }
 
+// recharge recharges v (already stored under key) after a change the
+// caller made room for first (room) or that made it smaller.
+func (tx *Tx) recharge(key []byte, v *value) {
+	n := v.footprint(len(key))
+	tx.s.bytes.Add(n - v.size)
+	v.size = n
+}
+
 func (v *value) footprint(keyLen int) int64 {
 	n := int64(keyLen + keyOverhead + len(v.str))
 	for f, x := range v.hash {
@@ -250,6 +315,9 @@ func (v *value) footprint(keyLen int) int64 {
 	}
 	for _, x := range v.list {
 		n += int64(len(x) + fieldOverhead)
+	}
+	if v.zs != nil {
+		n += v.zs.bytes // kept as members come and go: no walk
 	}
 	return n
 }
@@ -266,14 +334,22 @@ func (s *Store) Sweep(now int64, n int) int {
 		sh := &s.shards[s.sweep.Add(1)%nShards]
 		sh.mu.Lock()
 		left := per
-		for k, v := range sh.m {
+		// The parts in turn, from a different one each pass.
+		sh.sweep++
+		for i := range partsPerShard {
 			if left == 0 {
 				break
 			}
-			left--
-			if v.exp != 0 && v.exp <= nowMs {
-				s.drop(sh, k, v)
-				removed++
+			m := sh.parts[(int(sh.sweep)+i)%partsPerShard]
+			for k, v := range m {
+				if left == 0 {
+					break
+				}
+				left--
+				if v.exp != 0 && v.exp <= nowMs {
+					s.drop(m, k, v)
+					removed++
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -288,10 +364,12 @@ func (s *Store) DropIf(drop func(key []byte) bool) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, v := range sh.m {
-			if drop([]byte(k)) {
-				s.drop(sh, k, v)
-				n++
+		for _, m := range sh.parts {
+			for k, v := range m {
+				if drop([]byte(k)) {
+					s.drop(m, k, v)
+					n++
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -319,4 +397,45 @@ func (s *Store) Info(now int64, key []byte) (KeyInfo, bool) {
 		ttl = v.exp - tx.nowMs
 	}
 	return KeyInfo{Type: v.typ, TTLMs: ttl}, true
+}
+
+// Scan visits the live keys from part from on (see Parts), whole parts at
+// a time, until it has visited at least count keys or every part, and
+// returns the part to go on from: Parts when none is left. f gets each
+// key and its type, under its shard's lock; expired keys are removed,
+// not visited.
+//
+// As a part is a range of the keys' hash space, a key that lives
+// throughout a walk from part 0 to Parts is visited exactly once,
+// whatever other keys come and go meanwhile (a part's map may grow or
+// shrink between calls: the next call starts at the next part); one
+// created or removed meanwhile may or may not be.
+func (s *Store) Scan(now int64, from, count int, f func(key string, t Type)) int {
+	nowMs := now / 1e6
+	p := max(from, 0)
+	for p < Parts && count > 0 {
+		i := p / partsPerShard
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for ; p < (i+1)*partsPerShard && count > 0; p++ {
+			count -= s.visit(sh.parts[p%partsPerShard], nowMs, f)
+		}
+		sh.mu.Unlock()
+	}
+	return min(p, Parts)
+}
+
+// visit calls f with each live key of part m (its shard held), removing
+// the expired ones, and returns how many it visited.
+func (s *Store) visit(m map[string]*value, nowMs int64, f func(key string, t Type)) int {
+	n := 0
+	for k, v := range m {
+		if v.exp != 0 && v.exp <= nowMs {
+			s.drop(m, k, v)
+			continue
+		}
+		f(k, v.typ)
+		n++
+	}
+	return n
 }
