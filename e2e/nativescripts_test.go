@@ -349,7 +349,7 @@ func differential(t *testing.T, sha string, s *libraryScript) {
 		if stopped(got) && stopped(want) {
 			// Both ran into a budget (an amount of 10^15 entries): which
 			// of time and memory stopped each first may differ.
-			got, want = want, want
+			got = want
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d, KEYS %q ARGV %q:\n native      %+v\n interpreter %+v", i, keys, argv, got, want)
