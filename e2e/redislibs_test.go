@@ -214,3 +214,40 @@ func TestPythonLimitsExactAcrossThreeNodes(t *testing.T) {
 		t.Fatalf("admitted through three nodes: %s (want 50 of each)", got)
 	}
 }
+
+// A hand-written Lua token bucket (TIME, HMGET, HSET, PEXPIRE), run as
+// applications run one (go-redis's Script: EVALSHA, then EVAL on
+// NOSCRIPT) from three clients, each connected to a different node: calls
+// interleaved across them admit exactly the bucket's capacity, as one
+// Redis would. The bucket refills a token in about three hours, and it
+// keeps whole tokens, so nothing refills while the test runs.
+func TestHandWrittenTokenBucketExactAcrossThreeNodes(t *testing.T) {
+	ctx := context.Background()
+	ms, _ := threeNodes(t)
+	bucket := redis.NewScript(tokenBucketLua)
+	var cs []*redis.Client
+	for _, m := range ms {
+		c := redis.NewClient(&redis.Options{Addr: m.resp, Protocol: 2, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	admitted, retries := 0, 0
+	for i := 0; i < 90; {
+		v, err := bucket.Run(ctx, cs[i%3], []string{"tb:shared"}, 50, "0.0001", 1).Int64Slice()
+		if err != nil {
+			// TRYAGAIN (an election, a member list not agreed on yet):
+			// the call was not decided; ask again, a bounded number of
+			// times.
+			if retries++; retries > 500 {
+				t.Fatalf("call %d through %s: %v (after %d retries)", i, ms[i%3].id, err, retries)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		admitted += int(v[0])
+		i++
+	}
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 90 calls through three nodes, capacity 50", admitted)
+	}
+}
