@@ -128,7 +128,7 @@ func TestNodeRedisLibrariesAsOnRedis(t *testing.T) {
 func nodeLibraries(t *testing.T) func(env string) string {
 	t.Helper()
 	node, dir := nodeModules(t)
-	for _, pkg := range []string{"rate-limiter-flexible", "rate-limit-redis"} {
+	for _, pkg := range []string{"rate-limiter-flexible", "rate-limit-redis", "express-rate-limit", "express"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 			msg := "npm package " + pkg + " is not installed in SLUICE_NODE_MODULES (.ci/run installs it)"
 			if os.Getenv("SLUICE_REQUIRE_TOOLS") != "" {
@@ -161,7 +161,7 @@ func TestNodeRedisLibrariesExactAcrossThreeNodes(t *testing.T) {
 	for _, m := range ms {
 		ports = append(ports, port(m.resp))
 	}
-	if got := run("SLUICE_PORTS=" + strings.Join(ports, ",")); got != `{"flexible":50,"redisStore":50}` {
+	if got := run("SLUICE_PORTS=" + strings.Join(ports, ",")); got != `{"flexible":50,"redisStore":50,"express":50}` {
 		t.Fatalf("admitted through three nodes: %s (want 50 of each)", got)
 	}
 }

@@ -6,6 +6,8 @@
 const Redis = require('ioredis');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
 const { RedisStore } = require('rate-limit-redis');
+const express = require('express');
+const { rateLimit } = require('express-rate-limit');
 
 const sec = (ms) => Math.round(ms / 1000); // ms between the two servers' calls do not count
 
@@ -58,6 +60,21 @@ async function main() {
   await store.resetKey('ip');
   out.push(['after reset', await inc()]);
 
+  // express-rate-limit itself, with the store, in an express app as its
+  // README sets it up: each request's status and RateLimit header.
+  const app = express();
+  app.use(rateLimit({ windowMs: 60000, limit: 5, standardHeaders: 'draft-7', legacyHeaders: false,
+    store: new RedisStore({ sendCommand: (...args) => client.call(...args), prefix: 'erl:' }) }));
+  app.get('/', (req, res) => res.send('ok'));
+  const server = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+  for (let i = 0; i < 7; i++) {
+    const r = await fetch(`http://127.0.0.1:${server.address().port}/`);
+    // reset= is whole seconds of the clock: say only that it is about a minute.
+    const h = (r.headers.get('ratelimit') || '').replace(/reset=(\d+)/, (_, s) => 'reset~' + (Number(s) >= 58 && Number(s) <= 60 ? 60 : s));
+    out.push(['express', r.status, h]);
+  }
+  server.close();
+
   console.log(JSON.stringify(out));
   client.disconnect();
 }
@@ -91,7 +108,28 @@ async function cluster(ports) {
     const r = await retry(() => stores[i % 3].increment('client'));
     if (r.totalHits <= 50) underLimit++;
   }
-  console.log(JSON.stringify({ flexible: admitted, redisStore: underLimit }));
+  // Three express apps, one per node, each with express-rate-limit over
+  // the store: 90 requests taking turns across them get 50 answers of 200.
+  const servers = await Promise.all(clients.map((c) => {
+    const app = express();
+    app.use(rateLimit({ windowMs: 3600000, limit: 50, standardHeaders: 'draft-7', legacyHeaders: false,
+      store: new RedisStore({ sendCommand: (...args) => c.call(...args), prefix: 'erl-shared:' }) }));
+    app.get('/', (req, res) => res.send('ok'));
+    return new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)); });
+  }));
+  let ok = 0;
+  for (let i = 0; i < 90; i++) {
+    for (let attempt = 0; ; attempt++) {
+      const r = await fetch(`http://127.0.0.1:${servers[i % 3].address().port}/`);
+      // The middleware answers 500 when the store's call failed (an
+      // election's TRYAGAIN): not decided, ask again.
+      if (r.status === 500 && attempt < 200) { await new Promise((res) => setTimeout(res, 20)); continue; }
+      if (r.status === 200) ok++;
+      break;
+    }
+  }
+  servers.forEach((s) => s.close());
+  console.log(JSON.stringify({ flexible: admitted, redisStore: underLimit, express: ok }));
   clients.forEach((c) => c.disconnect());
 }
 
