@@ -64,23 +64,36 @@ func (s *Service) owner(keys [][]byte) (id string, self, ok bool) {
 	return id, self, true
 }
 
+// errNotOwner refuses a command another member relayed here by a member
+// list on which this node keeps its keys, when this node's own list says
+// it does not: the sender has not yet learnt of a change this node has
+// (or the other way round), and it asks again once they agree.
+var errNotOwner = keyspace.Errf("TRYAGAIN this node does not keep these keys by its member list: the node that relayed the command places them by another list, and the two agree in a moment")
+
 // where says where a data command or script on keys runs: at member id
 // (remote) or here; a refusal (loading, members not agreed on, keys
-// apart) when it runs nowhere now. relayed: another member sent it here,
-// and it runs here whatever this node's view (views differ for a moment
-// while members change).
+// apart) when it runs nowhere now. relayed: another member sent it here;
+// it runs here only if this node's own member list places the keys here
+// too, never relayed on. A relay from a node that has not yet learnt of a
+// change of the members is thus refused by the key's old owner, which has
+// dropped the key (DropMovedKeys): run, it would make a second copy
+// beside the new owner's, counting a window again from zero, and that
+// copy would come back as the key's value should the key return here.
 func (s *Service) where(keys [][]byte, relayed bool) (id string, remote bool, refused keyspace.Reply) {
 	if err := s.loaded(); err != nil {
 		return "", false, keyspace.Errf(err.Error())
 	}
-	if relayed || s.Relays == nil {
+	if s.Relays == nil {
 		return "", false, keyspace.Reply{}
 	}
 	if !s.placed() {
 		return "", false, errOwnersUnsettled
 	}
 	id, self, ok := s.owner(keys)
-	if !ok {
+	switch {
+	case relayed && (!ok || !self):
+		return "", false, errNotOwner
+	case !ok:
 		return "", false, errKeysApart
 	}
 	return id, !self, keyspace.Reply{}
