@@ -26,7 +26,8 @@ type Script struct {
 var errScriptsOff = keyspace.Errf("ERR scripts are not enabled on this node")
 
 // Eval runs sc at now where its keys live; relayed: another member sent
-// it here, and it runs here.
+// it here, and it runs here if this node's member list places its keys
+// here too (where).
 func (s *Service) Eval(now int64, sc *Script, relayed bool) keyspace.Reply {
 	if s.Scripts == nil || s.Keys == nil {
 		return errScriptsOff
