@@ -144,13 +144,21 @@ func (s *Service) DataInfo(now int64, key []byte, relayed bool) (keyspace.KeyInf
 // the store's member list has changed since the last call: a key whose
 // owner changed starts again from empty at its new owner, and the old
 // value here must not come back should the key return. The node calls it
-// every second.
+// every second; after a change it drops twice, at the first call that
+// sees the new list and at the next, so that a command decided here by
+// the former list an instant before (its keys not yet locked when the
+// first drop ran) leaves no copy behind either.
 func (s *Service) DropMovedKeys() int {
 	if s.Keys == nil || s.Relays == nil {
 		return 0
 	}
 	view := s.Store.View()
-	if view == 0 || s.keysView.Swap(view) == view {
+	if view == 0 {
+		return 0
+	}
+	if s.keysView.Swap(view) != view {
+		s.dropAgain.Store(true)
+	} else if !s.dropAgain.Swap(false) {
 		return 0
 	}
 	return s.Keys.DropIf(func(key []byte) bool {

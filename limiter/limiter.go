@@ -129,6 +129,9 @@ type Service struct {
 	// keysView is the member list Keys were last placed over
 	// (DropMovedKeys).
 	keysView atomic.Uint64
+	// dropAgain: the member list changed at the last drop, and the next
+	// call drops again.
+	dropAgain atomic.Bool
 
 	peers peerTimes // when each peer's consumption last arrived (peer.go)
 
