@@ -60,6 +60,11 @@ var dataConformance = [][]string{
 	{"SET", "t", "+7"}, {"INCR", "t"}, {"SET", "t", "-0"}, {"INCR", "t"}, {"INCRBY", "c", "01"},
 	{"INCRBYFLOAT", "f", "1.5"}, {"INCRBYFLOAT", "f", "0.25"}, {"INCRBYFLOAT", "f", "x"}, {"INCRBYFLOAT", "f", "-1.75"}, {"GET", "f"},
 	{"INCRBYFLOAT", "f", "3e2"}, {"INCR", "f"}, {"INCRBYFLOAT", "c", "0.5"},
+	// a counter kept as an integer, then read and rewritten as a string
+	{"SET", "ie", "5"}, {"INCR", "ie"}, {"GET", "ie"}, {"INCRBYFLOAT", "ie", "0.5"}, {"INCR", "ie"}, {"GET", "ie"},
+	{"INCR", "ie2"}, {"GETSET", "ie2", "x"}, {"INCR", "ie2"}, {"INCR", "ie3"}, {"SET", "ie3", "y", "GET"}, {"GET", "ie3"},
+	{"INCRBY", "ie4", "-9223372036854775808"}, {"GET", "ie4"}, {"DECR", "ie4"}, {"INCR", "ie4"}, {"GET", "ie4"},
+	{"INCR", "ie5"}, {"EXPIRE", "ie5", "100"}, {"INCR", "ie5"}, {"TTL", "ie5"}, {"RENAME", "ie5", "ie6"}, {"GET", "ie6"}, {"INCRBY", "ie6", "41"},
 	{"INCRBYFLOAT", "g", "0.1"}, {"INCRBYFLOAT", "g", "0.2"}, {"INCRBYFLOAT", "g", "1e20"}, {"HSET", "hf", "a", "1"}, {"INCRBYFLOAT", "hf", "x"},
 	{"HINCRBYFLOAT", "hf", "a", "inf"}, {"HINCRBYFLOAT", "hf", "a", "0.1"}, {"HINCRBYFLOAT", "hf", "a", "0.2"},
 	{"INCR", "a", "b"}, {"GET"},

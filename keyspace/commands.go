@@ -245,7 +245,7 @@ func getCmd(tx *Tx, a [][]byte) Reply {
 	case v == nil:
 		return NilReply
 	}
-	return BulkReply(v.str)
+	return v.reply()
 }
 
 func setCmd(tx *Tx, a [][]byte) Reply {
@@ -309,7 +309,7 @@ func setCmd(tx *Tx, a [][]byte) Reply {
 		case old.typ != TypeString:
 			return ErrWrongType
 		default:
-			prev = BulkReply(old.str)
+			prev = old.reply()
 		}
 	}
 	if nx && old != nil || xx && old == nil {
@@ -350,7 +350,7 @@ func getsetCmd(tx *Tx, a [][]byte) Reply {
 	}
 	prev := NilReply
 	if v != nil {
-		prev = BulkReply(v.str)
+		prev = v.reply()
 	}
 	if !tx.put(a[1], &value{typ: TypeString, str: append([]byte(nil), a[2]...)}) {
 		return ErrOOM
@@ -381,7 +381,11 @@ func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
 			return e
 		}
 		var cur int64
-		if v != nil {
+		switch {
+		case v == nil:
+		case v.isNum:
+			cur = v.num
+		default:
 			if cur, ok = ParseInt(v.str); !ok {
 				return ErrNotInt
 			}
@@ -390,7 +394,7 @@ func incrCmd(sign int64, by bool) func(tx *Tx, a [][]byte) Reply {
 			return ErrOverflow
 		}
 		cur += d
-		if !tx.setStr(a[1], v, strconv.AppendInt(nil, cur, 10)) {
+		if !tx.setNum(a[1], v, cur) {
 			return ErrOOM
 		}
 		return IntReply(cur)
@@ -404,7 +408,7 @@ func incrFloatCmd(tx *Tx, a [][]byte) Reply {
 	}
 	var cur float64
 	if v != nil {
-		if cur, ok = parseFloat(v.str); !ok {
+		if cur, ok = parseFloat(v.text()); !ok {
 			return ErrNotFloat
 		}
 	}
@@ -429,10 +433,25 @@ func (tx *Tx) setStr(key []byte, v *value, s []byte) bool {
 	if v == nil {
 		return tx.put(key, &value{typ: TypeString, str: s})
 	}
-	old := v.str
-	v.str = s
+	old, oldNum, oldIs := v.str, v.num, v.isNum
+	v.str, v.num, v.isNum = s, 0, false
 	if !tx.resize(key, v) {
-		v.str = old
+		v.str, v.num, v.isNum = old, oldNum, oldIs
+		return false
+	}
+	return true
+}
+
+// setNum makes the string at key (v, nil when there is none) the integer
+// n, keeping its expiry, if the bounds allow.
+func (tx *Tx) setNum(key []byte, v *value, n int64) bool {
+	if v == nil {
+		return tx.put(key, &value{typ: TypeString, num: n, isNum: true})
+	}
+	old, oldNum, oldIs := v.str, v.num, v.isNum
+	v.str, v.num, v.isNum = nil, n, true
+	if !tx.resize(key, v) {
+		v.str, v.num, v.isNum = old, oldNum, oldIs
 		return false
 	}
 	return true

@@ -10,6 +10,7 @@ package keyspace
 import (
 	"hash/maphash"
 	"math/bits"
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -64,9 +65,15 @@ func (t Type) Name() string {
 }
 
 type value struct {
-	typ  Type
-	str  []byte
-	hash map[string][]byte
+	typ Type
+	str []byte
+	// num is a string's value while it is an integer a counter command
+	// wrote (isNum), as Redis keeps such a string encoded as an integer:
+	// str is then nil and written out when read (text), and INCR reads
+	// no bytes of its own.
+	num   int64
+	isNum bool
+	hash  map[string][]byte
 	// order is the hash's fields in the order they were added, the order
 	// Redis lists a small hash in.
 	order []string
@@ -309,7 +316,7 @@ func (tx *Tx) recharge(key []byte, v *value) {
 }
 
 func (v *value) footprint(keyLen int) int64 {
-	n := int64(keyLen + keyOverhead + len(v.str))
+	n := int64(keyLen + keyOverhead + v.strLen())
 	for f, x := range v.hash {
 		n += int64(len(f) + len(x) + fieldOverhead)
 	}
@@ -438,4 +445,36 @@ func (s *Store) visit(m map[string]*value, nowMs int64, f func(key string, t Typ
 		n++
 	}
 	return n
+}
+
+// text is a string's bytes.
+func (v *value) text() []byte {
+	if v.isNum {
+		return strconv.AppendInt(nil, v.num, 10)
+	}
+	return v.str
+}
+
+// strLen is len(v.text()), without writing an integer out.
+func (v *value) strLen() int {
+	if !v.isNum {
+		return len(v.str)
+	}
+	n, x := 1, v.num
+	if x < 0 {
+		n++ // the sign; -x may not fit an int64, so count digits of x itself
+	}
+	for x <= -10 || x >= 10 {
+		x /= 10
+		n++
+	}
+	return n
+}
+
+// reply is GET's answer for a string.
+func (v *value) reply() Reply {
+	if v.isNum {
+		return BulkString(strconv.FormatInt(v.num, 10))
+	}
+	return BulkReply(v.str)
 }

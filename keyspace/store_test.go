@@ -163,3 +163,27 @@ func TestRefusedRenameKeepsTheKey(t *testing.T) {
 		t.Fatalf("RENAME to a key as long: %s, %d bytes (was %d)", show(r), s.Bytes(), before)
 	}
 }
+
+// A counter INCR keeps as an integer is charged what the same string SET
+// is, at every length and sign, and reads back as that string.
+func TestCountersChargeTheirDigits(t *testing.T) {
+	a, b := New(Options{}), New(Options{})
+	for _, n := range []string{"0", "7", "-7", "9", "-10", "99", "100", "123456789", "-9223372036854775807", "9223372036854775806"} {
+		run(a, 0, "SET", "c", n)
+		run(a, 0, "INCR", "c") // now an integer
+		run(a, 0, "DECR", "c") // back to n
+		run(b, 0, "SET", "c", n)
+		if got := show(run(a, 0, "GET", "c")); got != `"`+n+`"` && got != n {
+			t.Fatalf("GET after INCR, DECR of %s: %s", n, got)
+		}
+		if a.Bytes() != b.Bytes() {
+			t.Fatalf("%s kept as an integer is charged %d bytes, as a string %d", n, a.Bytes(), b.Bytes())
+		}
+	}
+	run(a, 0, "SET", "m", "-9223372036854775807")
+	run(a, 0, "DECR", "m")
+	run(b, 0, "SET", "m", "-9223372036854775808")
+	if a.Bytes() != b.Bytes() {
+		t.Fatalf("the least int64 kept as an integer is charged %d bytes, as a string %d", a.Bytes(), b.Bytes())
+	}
+}
