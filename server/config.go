@@ -45,6 +45,13 @@ type Config struct {
 	TLSCA         string
 	ProtectedMode bool
 	MaxClients    int
+
+	// GRPCTLSCert and GRPCTLSKey are --grpc-addr's own certificate (default:
+	// TLSCert's); GRPCTLSClientCA requires client certificates there,
+	// signed by it, and GRPCTLSClientSAN a name they must carry.
+	GRPCTLSCert, GRPCTLSKey           string
+	GRPCTLSClientCA, GRPCTLSClientSAN string
+
 	// Timeout closes a client connection idle this long (0: never);
 	// AuthTimeout, one that has not authenticated this long after it
 	// connected, when a password is required (0: never).
@@ -207,6 +214,10 @@ var settings = []setting{
 	{name: "tls-cert", def: "", usage: "TLS certificate (PEM) for client and Raft traffic", bind: str(func(c *Config) *string { return &c.TLSCert })},
 	{name: "tls-key", def: "", usage: "TLS private key (PEM)", bind: str(func(c *Config) *string { return &c.TLSKey })},
 	{name: "tls-ca", def: "", usage: "CA bundle (PEM) to verify peers; enables mutual TLS between nodes", bind: str(func(c *Config) *string { return &c.TLSCA })},
+	{name: "grpc-tls-cert", def: "", usage: "TLS certificate (PEM) of --grpc-addr alone (default: --tls-cert's)", bind: str(func(c *Config) *string { return &c.GRPCTLSCert })},
+	{name: "grpc-tls-key", def: "", usage: "TLS private key (PEM) of --grpc-tls-cert", bind: str(func(c *Config) *string { return &c.GRPCTLSKey })},
+	{name: "grpc-tls-client-ca", def: "", usage: "CA bundle (PEM): gRPC clients must present a certificate signed by it (mutual TLS on --grpc-addr)", bind: str(func(c *Config) *string { return &c.GRPCTLSClientCA })},
+	{name: "grpc-tls-client-san", def: "", usage: "a DNS name or IP address gRPC clients' certificates must carry (with --grpc-tls-client-ca)", bind: str(func(c *Config) *string { return &c.GRPCTLSClientSAN })},
 	{name: "protected-mode", def: "true", usage: "without a password, accept loopback clients only", bind: boolean(func(c *Config) *bool { return &c.ProtectedMode })},
 	{name: "timeout", def: "0", usage: "close a client connection idle this long (0: never): whole seconds, like Redis's timeout, or a duration such as 5m", bind: seconds(func(c *Config) *time.Duration { return &c.Timeout })},
 	{name: "auth-timeout", def: "10", usage: "close a client connection that has not authenticated this long after connecting, when a password is required (0: never): whole seconds or a duration", bind: seconds(func(c *Config) *time.Duration { return &c.AuthTimeout })},
@@ -278,7 +289,7 @@ var helpGroups = []struct {
 }{
 	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "loading-timeout", "sync-interval"}},
-	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "protected-mode", "auth-timeout"}},
+	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "script-native", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
 	{"Envoy", []string{"envoy-config"}},
@@ -582,7 +593,20 @@ func (c *Config) Validate() error {
 	if c.TLSCA != "" && c.TLSCert == "" {
 		bad("tls-ca", "needs --tls-cert and --tls-key")
 	}
-	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA}, {"acl-file", c.ACLFile}} {
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		bad("grpc-tls-cert", "and --grpc-tls-key must be given together")
+	}
+	if (c.GRPCTLSCert != "" || c.GRPCTLSClientCA != "") && c.GRPCAddr == "" {
+		bad("grpc-tls-cert", "applies to the gRPC listener: set --grpc-addr too")
+	}
+	if c.GRPCTLSClientCA != "" && c.GRPCTLSCert == "" && c.TLSCert == "" {
+		bad("grpc-tls-client-ca", "needs TLS on --grpc-addr: --grpc-tls-cert and --grpc-tls-key (or --tls-cert and --tls-key)")
+	}
+	if c.GRPCTLSClientSAN != "" && c.GRPCTLSClientCA == "" {
+		bad("grpc-tls-client-san", "needs --grpc-tls-client-ca: without it no client certificate is asked for, so its name cannot be checked")
+	}
+	for _, f := range []struct{ name, path string }{{"tls-cert", c.TLSCert}, {"tls-key", c.TLSKey}, {"tls-ca", c.TLSCA},
+		{"grpc-tls-cert", c.GRPCTLSCert}, {"grpc-tls-key", c.GRPCTLSKey}, {"grpc-tls-client-ca", c.GRPCTLSClientCA}, {"acl-file", c.ACLFile}} {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
 				bad(f.name, "cannot read %q: %v", f.path, errors.Unwrap(err))

@@ -37,11 +37,11 @@ func (s *Server) listenGRPC() error {
 		return err
 	}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.grpcAuth)}
-	if s.cfg.TLSCert != "" {
-		tc, err := s.tlsConfig()
-		if err != nil {
-			return err
-		}
+	tc, err := s.grpcTLSConfig()
+	if err != nil {
+		return err
+	}
+	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	// Held for the first xDS response, the port is bound then
@@ -62,7 +62,7 @@ func (s *Server) listenGRPC() error {
 	if s.cfg.EnvoyConfig != "" {
 		s.reload.rls, s.reload.envoySum = rls, sum
 	}
-	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: s.rlsReady})
+	healthpb.RegisterHealthServer(g, &envoyrls.Health{Ready: s.rlsReady, Stop: s.shutdown})
 	// Server reflection, so that grpcurl and other tools list and call the
 	// services with no .proto files (it reveals only their descriptions).
 	reflection.Register(g)

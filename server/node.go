@@ -163,7 +163,7 @@ func peerTLS(cfg Config) (server, client *tls.Config, err error) {
 	}
 	var pool *x509.CertPool
 	if cfg.TLSCA != "" {
-		if pool, err = loadCA(cfg.TLSCA); err != nil {
+		if pool, err = loadCA("--tls-ca", cfg.TLSCA); err != nil {
 			return nil, nil, err
 		}
 	} else {

@@ -2,8 +2,8 @@ package server
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -17,10 +17,11 @@ import (
 
 // Reloading: on SIGHUP a node re-reads the files it was given — the Envoy
 // rule file (--envoy-config), the ACL file (--acl-file) and the TLS
-// certificate and key (--tls-cert, --tls-key) — and puts each in force if
-// it parses; one that does not leaves the one in force and is logged at
-// ERROR with the file and the reason. The Envoy rules are also re-read
-// when their files change on disk (envoyWatchInterval). Nothing stops the
+// certificates and keys (--tls-cert, --tls-key, --grpc-tls-cert,
+// --grpc-tls-key) — and puts each in force if it parses; one that does
+// not leaves the one in force and is logged at ERROR with the file and
+// the reason. The Envoy rules and the certificates are also re-read when
+// their files change on disk (envoyWatchInterval). Nothing stops the
 // node, and its Raft role is untouched.
 
 // envoyWatchInterval is how often the Envoy rule files are checked for a
@@ -46,8 +47,8 @@ func (s *Server) Reload() {
 	if s.cfg.ACLFile != "" {
 		s.reloadACL()
 	}
-	if s.certs != nil {
-		s.reloadCert()
+	for _, c := range s.certSources() {
+		s.reloadCert(c, "signal")
 	}
 }
 
@@ -138,15 +139,21 @@ func (s *Server) aclNames(acl []access.User) {
 	sort.Strings(s.reload.aclUsers)
 }
 
-// certSource holds the certificate the listeners present, replaced on a
-// reload; handshakes read it through GetCertificate.
+// certSource holds the certificate a listener presents, replaced on a
+// reload; handshakes read it through GetCertificate. certName and keyName
+// are the settings that name its files, for messages.
 type certSource struct {
 	certFile, keyFile string
+	certName, keyName string
 	cert              atomic.Pointer[tls.Certificate]
+	// seen is the content of both files when last read, so that polling
+	// tries a file only once it changes (and says a bad one once).
+	seen string
 }
 
-func newCertSource(certFile, keyFile string) (*certSource, error) {
-	c := &certSource{certFile: certFile, keyFile: keyFile}
+func newCertSource(certFile, keyFile, certName, keyName string) (*certSource, error) {
+	c := &certSource{certFile: certFile, keyFile: keyFile, certName: certName, keyName: keyName}
+	c.seen, _ = c.content()
 	cert, err := c.read()
 	if err != nil {
 		return nil, err
@@ -156,34 +163,84 @@ func newCertSource(certFile, keyFile string) (*certSource, error) {
 }
 
 func (c *certSource) read() (*tls.Certificate, error) {
-	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	cert, err := LoadKeyPair(c.certFile, c.keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %v", err)
+		return nil, fmt.Errorf("%s/%s: %v", c.certName, c.keyName, err)
 	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("--tls-cert: %v", err)
-		}
+	return cert, nil
+}
+
+// content is what both files hold now.
+func (c *certSource) content() (string, error) {
+	a, err := os.ReadFile(c.certFile)
+	if err != nil {
+		return "", err
 	}
-	return &cert, nil
+	b, err := os.ReadFile(c.keyFile)
+	if err != nil {
+		return "", err
+	}
+	return string(a) + "\x00" + string(b), nil
 }
 
 func (c *certSource) get(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cert.Load(), nil }
 
-// reloadCert re-reads the certificate and key the listeners present.
-func (s *Server) reloadCert() {
-	cert, err := s.certs.read()
+// certSources are the certificates the node's listeners present: the
+// RESP (and gRPC) one of --tls-cert, the gRPC one of --grpc-tls-cert.
+func (s *Server) certSources() []*certSource {
+	var out []*certSource
+	for _, c := range []*certSource{s.certs, s.grpcCerts} {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// reloadCert re-reads the certificate and key a listener presents; why
+// says what prompted it. On a file change, files that read as last time
+// are not parsed again, and one that does not load is said once.
+func (s *Server) reloadCert(c *certSource, why string) {
+	s.reload.mu.Lock()
+	defer s.reload.mu.Unlock()
+	now, _ := c.content()
+	if why != "signal" && now == c.seen {
+		return
+	}
+	c.seen = now
+	cert, err := c.read()
 	if err != nil {
-		s.log.Error("tls certificate not reloaded: the one in force stays", "cert", s.certs.certFile, "key", s.certs.keyFile, "err", err)
+		s.log.Error("tls certificate not reloaded: the one in force stays", "cert", c.certFile, "key", c.keyFile, "err", err, "trigger", why)
 		return
 	}
-	old := s.certs.cert.Swap(cert)
+	old := c.cert.Swap(cert)
 	if old != nil && slices.EqualFunc(old.Certificate, cert.Certificate, func(a, b []byte) bool { return string(a) == string(b) }) {
-		s.log.Info("tls certificate unchanged", "cert", s.certs.certFile)
+		if why == "signal" {
+			s.log.Info("tls certificate unchanged", "cert", c.certFile)
+		}
 		return
 	}
-	s.log.Info("tls certificate reloaded", "cert", s.certs.certFile, "subject", cert.Leaf.Subject.String(),
+	s.log.Info("tls certificate reloaded", "cert", c.certFile, "trigger", why, "subject", cert.Leaf.Subject.String(),
 		"not_after", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// watchCerts re-reads the certificates when their files change, until the
+// server shuts down (as envoyproxy/ratelimit watches its certificate's
+// directory): a renewal written in place, by rename or by a Kubernetes
+// Secret's symbolic link swap is in force for the next handshake.
+func (s *Server) watchCerts() {
+	t := time.NewTicker(envoyWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.shutdown:
+			return
+		case <-t.C:
+			for _, c := range s.certSources() {
+				s.reloadCert(c, "file change")
+			}
+		}
+	}
 }
 
 // diff returns the names of b not in a, and of a not in b.

@@ -80,8 +80,11 @@ type Server struct {
 	ready    func() bool
 	// certs is the certificate the listeners present (nil without TLS);
 	// reload what SIGHUP compares against (reload.go).
-	certs  *certSource
-	reload reloadState
+	certs *certSource
+	// grpcCerts is the certificate of --grpc-addr when it has its own
+	// (--grpc-tls-cert); nil: s.certs, if any.
+	grpcCerts *certSource
+	reload    reloadState
 	// envoyMu guards the Envoy-facing listeners while they are bound late,
 	// for the first xDS response (openEnvoyPorts).
 	envoyMu sync.Mutex
@@ -99,7 +102,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, reg: reg, shutdown: make(chan struct{}), done: make(chan struct{})}
 	s.aclNames(acl)
 	if cfg.TLSCert != "" {
-		if s.certs, err = newCertSource(cfg.TLSCert, cfg.TLSKey); err != nil {
+		if s.certs, err = newCertSource(cfg.TLSCert, cfg.TLSKey, "--tls-cert", "--tls-key"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.GRPCTLSCert != "" {
+		if s.grpcCerts, err = newCertSource(cfg.GRPCTLSCert, cfg.GRPCTLSKey, "--grpc-tls-cert", "--grpc-tls-key"); err != nil {
 			return nil, err
 		}
 	}
@@ -270,6 +278,13 @@ func (s *Server) Serve() {
 			s.watchEnvoy()
 		}()
 	}
+	if len(s.certSources()) > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.watchCerts()
+		}()
+	}
 	s.serveSide(s.side)
 	s.startXDS()
 	s.wg.Add(2)
@@ -281,7 +296,7 @@ func (s *Server) Serve() {
 		defer s.wg.Done()
 		s.sweep()
 	}()
-	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "tls", s.cfg.TLSCert != "",
+	s.log.Info("listening", "resp", s.ln.Addr().String(), "http", s.HTTPAddr(), "grpc", s.GRPCAddr(), "tls", s.cfg.TLSCert != "", "grpc_tls", s.grpcTLSMode(),
 		"auth", s.env.Auth.Required(), "protected_mode", s.cfg.ProtectedMode && !s.env.Auth.Required())
 	if s.holdsEnvoyPorts() {
 		s.log.Info("ratelimit: the HTTP, gRPC and debug ports open once the xDS server's first configuration is handled (FORCE_START_WITHOUT_INITIAL_CONFIG is not set)",

@@ -119,7 +119,9 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	m.HealthyWithAtLeastOneConfig = e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
 	m.Answers = peerAnswers(e)
 	m.ignored = peerIgnored(getenv)
-	m.notes = append(m.notes, peerUnsupported(e)...)
+	for _, f := range peerGRPCTLS(e, &m.notes) {
+		set(f[0], f[1])
+	}
 	m.NearLimitRatio = 0.8
 	if r := e.get("NEAR_LIMIT_RATIO"); r != "" {
 		f, err := strconv.ParseFloat(r, 32)
@@ -169,16 +171,52 @@ func peerIgnored(getenv func(string) string) []string {
 	return out
 }
 
-// peerUnsupported notes the peer's settings that are set but not yet
-// honoured here, so that nobody relies on them unknowingly.
-func peerUnsupported(e *peerEnv) []string {
-	var out []string
-	for _, v := range []string{"GRPC_SERVER_USE_TLS"} {
-		if e.flag(v, false) {
-			out = append(out, v+" is set but not supported yet: it is ignored")
+// peerGRPCTLS is the gRPC port's TLS as the peer reads it (its
+// GrpcServerTlsConfig): with GRPC_SERVER_USE_TLS, the certificate and key
+// of GRPC_SERVER_TLS_CERT and _KEY, and, with GRPC_CLIENT_TLS_CACERT,
+// client certificates required and verified against it, carrying
+// GRPC_CLIENT_TLS_SAN when set. It returns the flags they become. A
+// file that does not load, or TLS asked without a certificate, is an
+// error naming the setting: never plaintext instead. Without
+// GRPC_SERVER_USE_TLS the peer ignores the other four, and so does this,
+// with a warning.
+func peerGRPCTLS(e *peerEnv, notes *[]string) [][2]string {
+	cert, key := e.get("GRPC_SERVER_TLS_CERT"), e.get("GRPC_SERVER_TLS_KEY")
+	ca, san := e.get("GRPC_CLIENT_TLS_CACERT"), e.get("GRPC_CLIENT_TLS_SAN")
+	if !e.flag("GRPC_SERVER_USE_TLS", false) {
+		var set []string
+		for _, v := range []struct{ name, value string }{{"GRPC_SERVER_TLS_CERT", cert}, {"GRPC_SERVER_TLS_KEY", key},
+			{"GRPC_CLIENT_TLS_CACERT", ca}, {"GRPC_CLIENT_TLS_SAN", san}} {
+			if v.value != "" {
+				set = append(set, v.name)
+			}
 		}
+		if len(set) > 0 {
+			*notes = append(*notes, strings.Join(set, ", ")+" set without GRPC_SERVER_USE_TLS=true: ignored, as by envoyproxy/ratelimit; the gRPC port is plaintext")
+		}
+		return nil
 	}
-	return out
+	if cert == "" || key == "" {
+		e.errs = append(e.errs, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (the gRPC port's PEM certificate and key): not set")
+		return nil
+	}
+	if _, err := server.LoadKeyPair(cert, key); err != nil {
+		e.errs = append(e.errs, fmt.Sprintf("GRPC_SERVER_TLS_CERT=%q, GRPC_SERVER_TLS_KEY=%q: %v", cert, key, err))
+	}
+	flags := [][2]string{{"grpc-tls-cert", cert}, {"grpc-tls-key", key}}
+	if ca != "" {
+		if _, err := server.LoadCAPool(ca); err != nil {
+			e.errs = append(e.errs, fmt.Sprintf("GRPC_CLIENT_TLS_CACERT=%q: %v", ca, err))
+		}
+		flags = append(flags, [2]string{"grpc-tls-client-ca", ca})
+	}
+	if san != "" {
+		if ca == "" {
+			e.errs = append(e.errs, "GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT: without it no client certificate is asked for, so its name cannot be checked")
+		}
+		flags = append(flags, [2]string{"grpc-tls-client-san", san})
+	}
+	return flags
 }
 
 // peerLogLevel maps logrus's levels onto sluice's.
