@@ -120,10 +120,14 @@ var specs = []*Spec{
 		Syntax: "key max min [WITHSCORES] [LIMIT offset count]"},
 }
 
+// byName holds every command under its lower- and its upper-case name,
+// the two spellings clients and scripts send: those are found without
+// folding the name first.
 var byName = func() map[string]*Spec {
 	m := map[string]*Spec{}
 	for _, sp := range specs {
 		m[strings.ToLower(sp.Name)] = sp
+		m[sp.Name] = sp
 	}
 	return m
 }()
@@ -135,6 +139,9 @@ func Specs() []*Spec { return specs }
 func Lookup(name []byte) *Spec {
 	if len(name) > 16 {
 		return nil
+	}
+	if sp := byName[string(name)]; sp != nil {
+		return sp
 	}
 	return byName[strings.ToLower(string(name))]
 }
