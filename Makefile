@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-peer bench-memory bench-scaling bench-accuracy fuzz image docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-peer bench-memory bench-scaling bench-libraries bench-accuracy fuzz image docker clean
 
 all: build
 
@@ -107,6 +107,12 @@ bench-peer:
 ACCURACY_D ?= 10s
 bench-accuracy:
 	$(GO) run ./bench/accuracy -d $(ACCURACY_D)
+
+# The rate-limit libraries' calls (redis_rate, rate-limiter-flexible,
+# rate-limit-redis, Python limits) through sluice beside Redis, and their
+# recognised scripts on one core; needs SLUICE_NODE_MODULES (docs/benchmarks.md).
+bench-libraries:
+	bash bench/libraries.sh
 
 # Bytes per live bucket at 1,000,000 buckets, sluice beside Redis + Lua.
 bench-memory:
