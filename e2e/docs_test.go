@@ -325,6 +325,12 @@ func (e *docEnv) launch(spec []string) docServers {
 	return srv
 }
 
+// fileTLSFlag says whether a flag's value is a certificate, key or CA
+// file (--tls-cert, --grpc-tls-client-ca …; not --grpc-tls-client-san).
+func fileTLSFlag(flag string) bool {
+	return (strings.HasPrefix(flag, "--tls-") || strings.HasPrefix(flag, "--grpc-tls-")) && !strings.HasSuffix(flag, "-san")
+}
+
 // grow starts the n nodes of srv; for a cluster (n > 1) one at a time,
 // each joining n1 and waiting until it is a member and has applied what n1
 // committed. It says false if another node took the lead meanwhile.
@@ -346,9 +352,10 @@ func (e *docEnv) grow(srv *docServers, n, port int, flags []string) bool {
 		}
 		for _, f := range flags {
 			// A file's flag values (--acl-file users.acl, --envoy-config
-			// rules.yaml) are relative to its directory.
+			// rules.yaml, --grpc-tls-cert server.crt) are relative to its
+			// directory.
 			if f = srv.mapPorts(f); len(args) > 0 && strings.HasPrefix(args[len(args)-1], "--") &&
-				(strings.HasSuffix(args[len(args)-1], "-file") || args[len(args)-1] == "--envoy-config") && !filepath.IsAbs(f) {
+				(strings.HasSuffix(args[len(args)-1], "-file") || args[len(args)-1] == "--envoy-config" || fileTLSFlag(args[len(args)-1])) && !filepath.IsAbs(f) {
 				f = filepath.Join(e.dir, f)
 			}
 			args = append(args, f)
