@@ -28,12 +28,16 @@ import (
 	"time"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -360,4 +364,47 @@ func runRatelimit(t *testing.T, env ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(out), 0
+}
+
+// TestRatelimitXDSMutualTLS: CONFIG_GRPC_XDS_SERVER_USE_TLS with the
+// peer's client certificate, CA and SAN settings takes the rules from a
+// management server that requires a client certificate.
+func TestRatelimitXDSMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "ca")
+	_, _, srvKP := ca.issue("xds", "xds", true, "xds.internal")
+	nodeCert, nodeKey, _ := ca.issue("node", "ratelimit node", false)
+	var clientCN atomic.Value
+	x := &xdsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
+	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, id int64, typ string) error {
+		if p, ok := grpcpeer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+				clientCN.Store(ti.State.PeerCertificates[0].Subject.CommonName)
+			}
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{srvKP},
+		ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert})))
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, x.cache, cb))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.addr = ln.Addr().String()
+	go g.Serve(ln)
+	t.Cleanup(func() { g.Stop(); cancel() })
+	x.push(t, "rl-tls", "v1", rlConfig("shop", map[string]uint32{"user": 3}))
+	p := startXDSRatelimit(t, xdsEnv(x.addr, "rl-tls", "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+nodeCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+nodeKey,
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+ca.File, "CONFIG_GRPC_XDS_SERVER_TLS_SAN=xds.internal")...)
+	waitXDSServing(t, p)
+	c := dialRLS(t, p.GRPC)
+	if got := codeList(c.sequence(4, "shop", desc("user", "a"))...); got != "[OK OK OK OVER_LIMIT]" {
+		t.Fatalf("rules over mutual TLS, 3 an hour: %s", got)
+	}
+	if cn, _ := clientCN.Load().(string); cn != "ratelimit node" {
+		t.Fatalf("the management server saw client certificate %q, want the node's", cn)
+	}
 }
