@@ -250,9 +250,14 @@ func BenchmarkShouldRateLimitPeer(b *testing.B) {
 }
 
 func benchShouldRateLimit(b *testing.B, o Options, many int) {
+	benchShouldRateLimitWith(b, o, many, func(*Server) {})
+}
+
+func benchShouldRateLimitWith(b *testing.B, o Options, many int, setup func(*Server)) {
 	now := t0
 	s := newServer(b, strings.Replace(cfgYAML, "requests_per_unit: 2}", "requests_per_unit: 1000000000}", 1), &now)
 	s.SetOptions(o)
+	setup(s)
 	var ds []*rlcommon.RateLimitDescriptor
 	for i := 0; i < many; i++ {
 		ds = append(ds, desc("k", string(rune('a'+i))))

@@ -1,7 +1,6 @@
 package envoyrls
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -32,7 +31,7 @@ func (s *Server) JSONHandler() http.Handler {
 		}
 		var resp *rlsv3.RateLimitResponse
 		if err == nil {
-			resp, err = s.ShouldRateLimit(context.Background(), &req)
+			resp, err = s.answer(&req)
 		}
 		if err != nil {
 			http.Error(w, http.StatusText(http.StatusBadRequest), http.StatusBadRequest)

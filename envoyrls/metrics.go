@@ -74,6 +74,7 @@ func (m *Metrics) ConfigLoad(ok bool) {
 		m.loadedOK.Set(1)
 		if m.peer != nil {
 			m.peer.loadOK.Inc()
+			m.peer.sdLoadOK.add(1)
 		}
 		return
 	}
@@ -81,5 +82,6 @@ func (m *Metrics) ConfigLoad(ok bool) {
 	m.loadedOK.Set(0)
 	if m.peer != nil {
 		m.peer.loadError.Inc()
+		m.peer.sdLoadError.add(1)
 	}
 }

@@ -10,6 +10,9 @@ package envoyrls
 // which is what hits_addend 0 reads.
 
 import (
+	"strings"
+	"unsafe"
+
 	"github.com/sluice-rl/sluice/budget"
 	"github.com/sluice-rl/sluice/limiter"
 )
@@ -48,7 +51,7 @@ func (s *Server) chargeEach(w *work) (bool, error) {
 			return false, err
 		}
 		if s.metrics != nil && s.metrics.peer != nil {
-			s.metrics.peer.count(p.metric, int64(p.rpu), p.call.Cost, p.before, p.after, p.kind == shadow)
+			s.metrics.peer.count(p.statsKey(w), int64(p.rpu), p.call.Cost, p.before, p.after, p.kind == shadow)
 		}
 		switch {
 		case p.code != codeOver:
@@ -196,4 +199,26 @@ func (s *Server) markWouldExceed(w *work) (bool, error) {
 		anyOver = anyOver || p.over
 	}
 	return anyOver, nil
+}
+
+// statsKey is descriptor p's key in the peer's stats: its rule's, or for
+// an override the domain and the descriptor's keys and values, as the
+// peer's descriptorKey names it (built in w.stat, no string kept).
+func (p *part) statsKey(w *work) string {
+	if p.entries == nil {
+		return p.metric
+	}
+	b := append(w.stat[:0], strings.TrimSuffix(p.metric, ".override")...)
+	b = append(b, '.')
+	for i, e := range p.entries {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, e.GetKey()...)
+		if v := e.GetValue(); v != "" {
+			b = append(append(b, '_'), v...)
+		}
+	}
+	w.stat = b
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

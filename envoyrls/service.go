@@ -107,6 +107,7 @@ type part struct {
 	calFlag *quota.Spec   // its over flag: one a period
 	name    string
 	metric  string
+	entries []*entry // an override's: the peer's stats key names them
 	keyFrom int // the call's key and subject in work.buf
 	keyTo   int
 	subTo   int
@@ -134,6 +135,7 @@ type work struct {
 	now   int64   // the service clock when the request began (ns)
 	path  []*Rule // the rules the descriptor being classified matched
 	flag  []byte  // the key of a PerDescriptor over-limit flag
+	stat  []byte  // an override's peer stats key
 }
 
 func (s *Server) domainLabel(domain string, w *work) string {
@@ -154,9 +156,22 @@ func (s *Server) domainLabel(domain string, w *work) string {
 // at all; with Options.PerDescriptor each is charged on its own, as
 // envoyproxy/ratelimit charges them.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.metrics == nil || s.metrics.peer == nil {
+		return s.shouldRateLimit(req)
+	}
+	// The peer's gRPC interceptor counts each call and its time.
+	start := time.Now()
+	resp, err := s.answer(req)
+	s.metrics.peer.request(time.Since(start))
+	return resp, err
+}
+
+// answer decides a request of the gRPC service or of the peer's /json
+// endpoint, counting a failure as the peer's service_error.
+func (s *Server) answer(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, err := s.shouldRateLimit(req)
 	if err != nil && s.metrics != nil && s.metrics.peer != nil {
-		s.metrics.peer.callErrors.WithLabelValues("service_error").Inc()
+		s.metrics.peer.callError()
 	}
 	return resp, err
 }
@@ -444,10 +459,15 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 	if !w.cfg.HasDomain(domain) {
 		// A limit override counts only in a domain with rules, as in
 		// envoyproxy/ratelimit.
-		if s.opts.RulesOnly {
-			return nil
+		if !s.opts.RulesOnly {
+			if err := s.budgetPath(domain, d, p, w); err != nil || p.kind != noLimit {
+				return err
+			}
 		}
-		return s.budgetPath(domain, d, p, w)
+		if s.metrics != nil && s.metrics.peer != nil {
+			s.metrics.peer.domainNotFound(domain)
+		}
+		return nil
 	}
 	if lo := d.GetLimit(); lo != nil {
 		// An override: an inline fixed window on the descriptor's key.
@@ -457,6 +477,7 @@ func (s *Server) classify(domain string, d *rlsv3ext, hits int64, p *part, w *wo
 		}
 		p.rpu, p.unit, p.window, p.flag = lo.GetRequestsPerUnit(), Unit(lo.GetUnit()), window, overFlags[window]
 		p.metric = domain + ".override"
+		p.entries = entries
 		p.kind = limited
 		if p.rpu == 0 {
 			p.deny = true
@@ -684,6 +705,9 @@ func (s *Server) respond(req *rlsv3.RateLimitRequest, w *work, admitted, denied 
 	resp.OverallCode = codeOK
 	if !admitted && !s.opts.GlobalShadowMode {
 		resp.OverallCode = codeOver
+	}
+	if !admitted && s.opts.GlobalShadowMode && s.metrics != nil && s.metrics.peer != nil {
+		s.metrics.peer.globalShadowHit()
 	}
 	// One descriptor, the usual request, is in the response's block: one
 	// allocation in all. More take two more.

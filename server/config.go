@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/envoyrls"
 )
 
 // Config is every setting of a sluice node. Load fills it from defaults, a
@@ -51,6 +53,12 @@ type Config struct {
 	// signed by it, and GRPCTLSClientSAN a name they must carry.
 	GRPCTLSCert, GRPCTLSKey           string
 	GRPCTLSClientCA, GRPCTLSClientSAN string
+
+	// StatsdAddr, when set, sends envoyproxy/ratelimit's stats of the
+	// Envoy front there over StatsdProtocol (udp, tcp) every
+	// StatsdFlushInterval, StatsdTags (key:value,…) appended as gostats does.
+	StatsdAddr, StatsdProtocol, StatsdTags string
+	StatsdFlushInterval                    time.Duration
 
 	// Timeout closes a client connection idle this long (0: never);
 	// AuthTimeout, one that has not authenticated this long after it
@@ -198,6 +206,10 @@ var settings = []setting{
 	{name: "resp-addr", def: "127.0.0.1:6380", usage: "RESP listen address (host:port)", bind: str(func(c *Config) *string { return &c.RespAddr })},
 	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz and the HTTP API (/v1/…); empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
 	{name: "grpc-addr", def: "", usage: "gRPC listen address for Envoy's rate limit service (RLS v3) and gRPC health; empty disables", bind: str(func(c *Config) *string { return &c.GRPCAddr })},
+	{name: "statsd-addr", def: "", usage: "statsd server (host:port) the Envoy front's stats are sent to, under envoyproxy/ratelimit's names; empty: none", bind: str(func(c *Config) *string { return &c.StatsdAddr })},
+	{name: "statsd-protocol", def: "udp", usage: "how --statsd-addr is reached: udp or tcp", bind: str(func(c *Config) *string { return &c.StatsdProtocol })},
+	{name: "statsd-flush-interval", def: "10s", usage: "how often the stats gathered are sent to --statsd-addr", bind: dur(func(c *Config) *time.Duration { return &c.StatsdFlushInterval })},
+	{name: "statsd-tags", def: "", usage: "tags (key:value,…) appended to every stat sent to --statsd-addr, as envoyproxy/ratelimit's EXTRA_TAGS", bind: str(func(c *Config) *string { return &c.StatsdTags })},
 	{name: "envoy-config", def: "", usage: "envoyproxy/ratelimit YAML configuration: a file, or a directory of .yaml/.yml files, loaded at start", bind: str(func(c *Config) *string { return &c.EnvoyConfig })},
 	{name: "raft-addr", def: "127.0.0.1:7380", usage: "Raft listen and advertise address (host:port, not 0.0.0.0)", bind: str(func(c *Config) *string { return &c.RaftAddr })},
 	{name: "advertise", def: "", usage: "RESP address peers and clients use to reach this node (default: --resp-addr)", bind: str(func(c *Config) *string { return &c.Advertise })},
@@ -292,7 +304,7 @@ var helpGroups = []struct {
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "script-native", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
 	{"Clients", []string{"maxclients", "timeout", "max-bulk-len", "max-args", "max-client-buffers"}},
-	{"Envoy", []string{"envoy-config"}},
+	{"Envoy", []string{"envoy-config", "statsd-addr", "statsd-protocol", "statsd-flush-interval", "statsd-tags"}},
 	{"Logging and operations", []string{"log-level", "log-format", "pprof", "shutdown-timeout", "config"}},
 }
 
@@ -548,6 +560,21 @@ func (c *Config) Validate() error {
 	}
 	if c.EnvoyConfig != "" && c.GRPCAddr == "" {
 		bad("envoy-config", "is served on the gRPC listener: set --grpc-addr too")
+	}
+	if c.StatsdAddr != "" {
+		hostPort("statsd-addr", c.StatsdAddr, false, true)
+		if c.GRPCAddr == "" {
+			bad("statsd-addr", "sends the stats of the gRPC listener: set --grpc-addr too")
+		}
+		if c.StatsdProtocol != "udp" && c.StatsdProtocol != "tcp" {
+			bad("statsd-protocol", "must be udp or tcp")
+		}
+		if c.StatsdFlushInterval <= 0 {
+			bad("statsd-flush-interval", "must be a positive duration")
+		}
+		if _, err := envoyrls.ParseStatsdTags(c.StatsdTags); err != nil {
+			bad("statsd-tags", "%v", err)
+		}
 	}
 	if c.Ratelimit != nil && c.Ratelimit.XDS != nil {
 		if c.EnvoyConfig != "" {

@@ -29,8 +29,8 @@ func (s *Server) listenGRPC() error {
 		return nil
 	}
 	s.rlsStats = envoyrls.NewMetrics(s.env.Metrics.Registry)
-	if m := s.cfg.Ratelimit; m != nil {
-		s.rlsStats.EnablePeerStats(m.NearLimitRatio)
+	if o, ok := s.peerStatsOptions(); ok {
+		s.rlsStats.EnablePeerStatsWith(o)
 	}
 	cfg, sum, err := s.loadEnvoyRules()
 	if err != nil {
@@ -68,6 +68,26 @@ func (s *Server) listenGRPC() error {
 	reflection.Register(g)
 	s.grpc, s.grpcLn = g, ln
 	return nil
+}
+
+// peerStatsOptions are envoyproxy/ratelimit's stats of the Envoy front:
+// on in the drop-in (unless DISABLE_STATS), and with --statsd-addr, sent
+// to statsd.
+func (s *Server) peerStatsOptions() (envoyrls.PeerStatsOptions, bool) {
+	o := envoyrls.PeerStatsOptions{NearRatio: 0.8, Log: s.log}
+	m := s.cfg.Ratelimit
+	if m != nil {
+		if m.DisableStats {
+			return o, false
+		}
+		o.NearRatio, o.ResponseTimeMillis = m.NearLimitRatio, m.ResponseTimeMillis
+	}
+	if s.cfg.StatsdAddr != "" {
+		tags, _ := envoyrls.ParseStatsdTags(s.cfg.StatsdTags) // checked by Validate
+		o.Statsd = &envoyrls.StatsdOptions{Addr: s.cfg.StatsdAddr, Protocol: s.cfg.StatsdProtocol,
+			Interval: s.cfg.StatsdFlushInterval, Tags: tags}
+	}
+	return o, m != nil || o.Statsd != nil
 }
 
 // loadEnvoyRules reads --envoy-config, if given, with the fingerprint of
@@ -153,6 +173,7 @@ func (s *Server) stopGRPC() {
 	case <-time.After(s.cfg.ShutdownTimeout):
 		s.grpc.Stop()
 	}
+	s.rlsStats.Close() // the last stats to statsd
 }
 
 // grpcAuth applies protected mode and credentials to every call but health

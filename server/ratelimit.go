@@ -36,6 +36,12 @@ type RatelimitMode struct {
 	// NearLimitRatio (NEAR_LIMIT_RATIO) is the share of a limit past which
 	// hits count as near_limit in the peer's stats.
 	NearLimitRatio float64
+	// DisableStats (DISABLE_STATS) turns the peer's stats off: none on
+	// /metrics, none sent to statsd.
+	DisableStats bool
+	// ResponseTimeMillis (PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)
+	// observes response_time_seconds in milliseconds, as the peer does.
+	ResponseTimeMillis bool
 	// PrometheusAddr and PrometheusPath (USE_PROMETHEUS, PROMETHEUS_ADDR,
 	// PROMETHEUS_PATH) serve the metrics there too; empty: not.
 	PrometheusAddr, PrometheusPath string

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/envoyrls"
 	"github.com/sluice-rl/sluice/server"
@@ -24,6 +25,7 @@ type ratelimitMode struct {
 	server.RatelimitMode
 	ignored []string // variables set for a backend sluice does not need
 	notes   []string // settings accepted that change nothing here
+	info    []string // settings ignored, said at INFO
 }
 
 func (m *ratelimitMode) logNotes(log *slog.Logger) {
@@ -32,6 +34,9 @@ func (m *ratelimitMode) logNotes(log *slog.Logger) {
 	}
 	for _, n := range m.notes {
 		log.Warn("ratelimit: " + n)
+	}
+	for _, n := range m.info {
+		log.Info("ratelimit: " + n)
 	}
 }
 
@@ -107,8 +112,8 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	set("log-level", peerLogLevel(e.str("LOG_LEVEL", "WARN")))
 	set("log-format", strings.ToLower(e.str("LOG_FORMAT", "text")))
 	m.DebugAddr = e.addr("DEBUG_HOST", "0.0.0.0", "DEBUG_PORT", "6070")
-	if e.flag("USE_PROMETHEUS", false) {
-		m.PrometheusAddr, m.PrometheusPath = e.str("PROMETHEUS_ADDR", ":9090"), e.str("PROMETHEUS_PATH", "/metrics")
+	for _, f := range peerStats(e, m) {
+		set(f[0], f[1])
 	}
 	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: e.flag("RUNTIME_IGNOREDOTFILES", false),
 		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false), QuotaMode: true}
@@ -215,6 +220,57 @@ func peerGRPCTLS(e *peerEnv, notes *[]string) [][2]string {
 			e.errs = append(e.errs, "GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT: without it no client certificate is asked for, so its name cannot be checked")
 		}
 		flags = append(flags, [2]string{"grpc-tls-client-san", san})
+	}
+	return flags
+}
+
+// peerStats reads the peer's stats settings (its runner's stats store):
+// DISABLE_STATS turns every stat off; else statsd, on by default
+// (USE_STATSD), to STATSD_HOST:STATSD_PORT over gostats' STATSD_PROTOCOL
+// (tcp by default) every STATS_FLUSH_INTERVAL with EXTRA_TAGS, and the
+// Prometheus port with USE_PROMETHEUS. It returns the flags they become.
+func peerStats(e *peerEnv, m *ratelimitMode) [][2]string {
+	var ignored []string
+	for _, v := range []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML"} {
+		if e.get(v) != "" {
+			ignored = append(ignored, v)
+		}
+	}
+	if len(ignored) > 0 {
+		m.info = append(m.info, "stats settings ignored: statsd is sent in gostats' format (not dogstatsd) and the Prometheus series are named by envoyproxy/ratelimit's default mapping: "+strings.Join(ignored, ", "))
+	}
+	if e.flag("DISABLE_STATS", false) {
+		m.DisableStats = true
+		m.info = append(m.info, "DISABLE_STATS=true: no envoyproxy/ratelimit stats, neither to statsd nor on a Prometheus port")
+		return nil
+	}
+	if e.flag("USE_PROMETHEUS", false) {
+		m.PrometheusAddr, m.PrometheusPath = e.str("PROMETHEUS_ADDR", ":9090"), e.str("PROMETHEUS_PATH", "/metrics")
+	}
+	m.ResponseTimeMillis = e.flag("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false)
+	if !e.flag("USE_STATSD", true) {
+		return nil
+	}
+	flags := [][2]string{{"statsd-addr", e.addr("STATSD_HOST", "localhost", "STATSD_PORT", "8125")}}
+	switch p := strings.ToLower(e.str("STATSD_PROTOCOL", "tcp")); p {
+	case "tcp", "tcp4", "tcp6":
+		flags = append(flags, [2]string{"statsd-protocol", "tcp"})
+	case "udp", "udp4", "udp6":
+		flags = append(flags, [2]string{"statsd-protocol", "udp"})
+	default:
+		e.errs = append(e.errs, fmt.Sprintf("STATSD_PROTOCOL=%q: must be tcp or udp", p))
+	}
+	if v := e.str("STATS_FLUSH_INTERVAL", "10s"); v != "" {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			e.errs = append(e.errs, fmt.Sprintf("STATS_FLUSH_INTERVAL=%q: must be a positive duration such as 10s", v))
+		}
+		flags = append(flags, [2]string{"statsd-flush-interval", v})
+	}
+	if v := e.get("EXTRA_TAGS"); v != "" {
+		if _, err := envoyrls.ParseStatsdTags(v); err != nil {
+			e.errs = append(e.errs, fmt.Sprintf("EXTRA_TAGS=%q: %v", v, err))
+		}
+		flags = append(flags, [2]string{"statsd-tags", v})
 	}
 	return flags
 }

@@ -24,7 +24,7 @@ func TestRatelimitDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:8081 --envoy-config /srv/runtime_data/current/config --log-level warn --log-format text"
+	want := "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:8081 --envoy-config /srv/runtime_data/current/config --log-level warn --log-format text --statsd-addr localhost:8125 --statsd-protocol tcp --statsd-flush-interval 10s"
 	if got := strings.Join(flags, " "); got != want {
 		t.Fatalf("flags %s\nwant  %s", got, want)
 	}
@@ -47,7 +47,7 @@ func TestRatelimitVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:9 --envoy-config /r/sub/app --log-level debug --log-format text"; got != want {
+	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:9 --envoy-config /r/sub/app --log-level debug --log-format text --statsd-addr localhost:8125 --statsd-protocol tcp --statsd-flush-interval 10s"; got != want {
 		t.Fatalf("flags %s\nwant  %s", got, want)
 	}
 	a := m.Answers
@@ -79,7 +79,7 @@ func TestRatelimitXDSDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:8081 --envoy-config  --log-level warn --log-format text"; got != want {
+	if got, want := strings.Join(flags, " "), "--http-addr 0.0.0.0:8080 --grpc-addr 0.0.0.0:8081 --envoy-config  --log-level warn --log-format text --statsd-addr localhost:8125 --statsd-protocol tcp --statsd-flush-interval 10s"; got != want {
 		t.Fatalf("flags %s\nwant  %s", got, want)
 	}
 	x := m.XDS
@@ -144,5 +144,32 @@ func TestRatelimitXDSWithEnvoyConfig(t *testing.T) {
 	code := ratelimit([]string{"--envoy-config", "/etc/rules", "--data-dir", t.TempDir()}, envOf("CONFIG_TYPE", "GRPC_XDS_SOTW"), &stdout, &stderr)
 	if code != 2 || !strings.Contains(stderr.String(), "--envoy-config: cannot be used with CONFIG_TYPE=GRPC_XDS_SOTW") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// The peer's stats settings: statsd on by default (gostats' TCP),
+// USE_STATSD=false without it, DISABLE_STATS every stat off, the ones
+// not honoured named at INFO, a bad value refused naming it.
+func TestRatelimitStats(t *testing.T) {
+	flags, _, err := ratelimitSettings(envOf("STATSD_HOST", "stats", "STATSD_PORT", "9125", "STATSD_PROTOCOL", "udp",
+		"STATS_FLUSH_INTERVAL", "1s", "EXTRA_TAGS", "a:b,c:d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(flags[10:], " "), "--statsd-addr stats:9125 --statsd-protocol udp --statsd-flush-interval 1s --statsd-tags a:b,c:d"; got != want {
+		t.Fatalf("flags %s\nwant  %s", got, want)
+	}
+	flags, m, err := ratelimitSettings(envOf("USE_STATSD", "false", "USE_PROMETHEUS", "true", "PROMETHEUS_MAPPER_YAML", "/m.yaml"))
+	if err != nil || strings.Contains(strings.Join(flags, " "), "statsd") || m.PrometheusAddr != ":9090" || len(m.info) != 1 || !strings.Contains(m.info[0], "PROMETHEUS_MAPPER_YAML") {
+		t.Fatalf("USE_STATSD=false: %v %v %+v", flags, err, m.info)
+	}
+	flags, m, err = ratelimitSettings(envOf("DISABLE_STATS", "true", "USE_PROMETHEUS", "true"))
+	if err != nil || strings.Contains(strings.Join(flags, " "), "statsd") || !m.DisableStats || m.PrometheusAddr != "" {
+		t.Fatalf("DISABLE_STATS: %v %v %+v", flags, err, m)
+	}
+	for _, env := range [][]string{{"STATSD_PROTOCOL", "sctp"}, {"STATS_FLUSH_INTERVAL", "10"}, {"EXTRA_TAGS", "novalue"}, {"STATSD_PORT", "x"}} {
+		if _, _, err := ratelimitSettings(envOf(env...)); err == nil || !strings.Contains(err.Error(), env[0]) {
+			t.Errorf("%s=%s: %v", env[0], env[1], err)
+		}
 	}
 }
