@@ -108,7 +108,7 @@ type part struct {
 	name    string
 	metric  string
 	entries []*entry // an override's: the peer's stats key names them
-	keyFrom int // the call's key and subject in work.buf
+	keyFrom int      // the call's key and subject in work.buf
 	keyTo   int
 	subTo   int
 
