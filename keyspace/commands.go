@@ -906,24 +906,20 @@ func pushCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 		for _, x := range a[2:] {
 			add = append(add, append([]byte(nil), x...))
 		}
+		if head {
+			add = reversed(add)
+		}
 		if v == nil {
-			l := add
-			if head {
-				l = reversed(add)
-			}
-			if !tx.put(a[1], &value{typ: TypeList, list: l}) {
+			nv := &value{typ: TypeList}
+			nv.push(head, add)
+			if !tx.put(a[1], nv) {
 				return ErrOOM
 			}
-			return IntReply(int64(len(l)))
+			return IntReply(int64(len(nv.list)))
 		}
-		old := v.list
-		if head {
-			v.list = append(reversed(add), old...)
-		} else {
-			v.list = append(old[:len(old):len(old)], add...)
-		}
+		undo := v.push(head, add)
 		if !tx.resize(a[1], v) {
-			v.list = old
+			undo()
 			return ErrOOM
 		}
 		return IntReply(int64(len(v.list)))
@@ -964,9 +960,11 @@ func popCmd(head bool) func(tx *Tx, a [][]byte) Reply {
 		n := min(int(count), len(v.list))
 		var got [][]byte
 		if head {
-			got, v.list = v.list[:n], v.list[n:]
+			got = append([][]byte(nil), v.list[:n]...)
+			v.cut(n, len(v.list)-1)
 		} else {
-			got, v.list = reversed(v.list[len(v.list)-n:]), v.list[:len(v.list)-n]
+			got = reversed(v.list[len(v.list)-n:])
+			v.cut(0, len(v.list)-n-1)
 		}
 		if len(v.list) == 0 {
 			tx.del(a[1])
@@ -1075,7 +1073,7 @@ func ltrimCmd(tx *Tx, a [][]byte) Reply {
 		tx.del(a[1])
 		return OK
 	}
-	v.list = append([][]byte(nil), v.list[lo:hi+1]...)
+	v.cut(lo, hi)
 	tx.resize(a[1], v) // smaller: always fits
 	return OK
 }

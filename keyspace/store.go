@@ -77,8 +77,14 @@ type value struct {
 	// order is the hash's fields in the order they were added, the order
 	// Redis lists a small hash in.
 	order []string
-	list  [][]byte // a list's elements, head first
-	zs    *zset    // a sorted set's members (zset.go)
+	list  [][]byte // a list's elements, head first: lbuf[lhead:lhead+len(list)]
+	// lbuf is the array list lives in, with room before it (lhead slots)
+	// and after it, so that a push at either end and a trim cost what
+	// they add or remove, not the list's length (list.go).
+	lbuf      [][]byte
+	lhead     int
+	listBytes int64 // the list's elements with their overheads, as charged
+	zs        *zset // a sorted set's members (zset.go)
 	// exp is when the key expires, in Unix ms; 0: never.
 	exp  int64
 	size int64 // bytes charged against the memory bound
@@ -320,9 +326,7 @@ func (v *value) footprint(keyLen int) int64 {
 	for f, x := range v.hash {
 		n += int64(len(f) + len(x) + fieldOverhead)
 	}
-	for _, x := range v.list {
-		n += int64(len(x) + fieldOverhead)
-	}
+	n += v.listBytes
 	if v.zs != nil {
 		n += v.zs.bytes // kept as members come and go: no walk
 	}
