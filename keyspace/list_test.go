@@ -16,7 +16,7 @@ func TestListsFollowAModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	s := New(Options{})
 	var model []string
-	for i := range 20000 {
+	for i := range 6000 {
 		switch op := rng.IntN(10); {
 		case op < 3:
 			n := 1 + rng.IntN(4)
