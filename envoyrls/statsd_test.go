@@ -25,6 +25,17 @@ func BenchmarkShouldRateLimitPeerStats(b *testing.B) {
 	})
 }
 
+// BenchmarkShouldRateLimitPeerStatsd is the same with statsd on too
+// (its flushes go to a port nobody reads).
+func BenchmarkShouldRateLimitPeerStatsd(b *testing.B) {
+	benchShouldRateLimitWith(b, PeerOptions(), 5, func(s *Server) {
+		m := NewMetrics(prometheus.NewRegistry())
+		m.EnablePeerStatsWith(PeerStatsOptions{NearRatio: 0.8, Statsd: &StatsdOptions{Addr: "127.0.0.1:9", Protocol: "udp", Interval: time.Second}})
+		b.Cleanup(m.Close)
+		s.metrics = m
+	})
+}
+
 // statsdSums reads statsd lines from conn and sums the counters by name
 // until done says they are all there (or a generous deadline passes).
 func statsdSums(t *testing.T, conn net.PacketConn, done func(map[string]uint64) bool) map[string]uint64 {
