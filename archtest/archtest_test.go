@@ -21,7 +21,7 @@ var layers = [][]string{
 	{"limiter", "raftfsm", "peer"},
 	{"commands", "httpapi", "envoyrls", "console"}, // the fronts
 	{"server"},
-	{"cmd/sluice", "bench", "bench/accuracy", "bench/writes"},
+	{"cmd/sluice", "bench", "bench/accuracy", "bench/libcalls", "bench/writes"},
 }
 
 // fronts speak one protocol each to callers; none imports another.
