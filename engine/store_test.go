@@ -486,6 +486,15 @@ func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
 	go func() { // the apply goroutine: commit, then settle
 		defer close(done)
 		for {
+			// Whether the callers were done is read before the counts:
+			// read after, a pass that found nothing could have been
+			// overtaken by every call and end without committing them.
+			var stopped bool
+			select {
+			case <-stop:
+				stopped = true
+			default:
+			}
 			type item struct{ start, n int64 }
 			var items []item
 			s.PendingQuota(func(_ []byte, _ *Limit, start, _, n int64) { items = append(items, item{start, n}) })
@@ -493,12 +502,8 @@ func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
 				src.n.Add(it.n)
 				s.SettleQuota([]byte("k"), it.start, it.n)
 			}
-			select {
-			case <-stop:
-				if len(items) == 0 {
-					return
-				}
-			default:
+			if stopped && len(items) == 0 {
+				return
 			}
 		}
 	}()
