@@ -8,15 +8,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -39,83 +33,20 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/testsupport/testpki"
 )
 
-// testCA signs certificates for the TLS tests.
-type testCA struct {
-	t    *testing.T
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	Pool *x509.CertPool
-	File string // the CA's PEM file
-}
-
-var serial atomic.Int64
-
-func newTestCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{t: t, dir: dir, cert: cert, key: key, Pool: x509.NewCertPool()}
-	ca.Pool.AddCert(cert)
-	ca.File = filepath.Join(dir, name+".crt")
-	writePEM(t, ca.File, "CERTIFICATE", der)
-	return ca
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue signs a certificate named cn: a server one for 127.0.0.1, or a
-// client one carrying the DNS names sans. It writes name.crt and name.key
-// and returns their paths and the certificate for a tls.Config.
-func (ca *testCA) issue(name, cn string, server bool, sans ...string) (certFile, keyFile string, kp tls.Certificate) {
-	t := ca.t
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: sans}
+// issue signs a certificate named cn with ca: a server one for 127.0.0.1,
+// or a client one carrying the DNS names sans. It writes name.crt and
+// name.key and returns their paths and the certificate for a tls.Config.
+func issue(ca *testpki.CA, name, cn string, server bool, sans ...string) (certFile, keyFile string, kp tls.Certificate) {
+	use := testpki.Client
 	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		use = testpki.Server
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", keyDER)
-	kp, err = tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, kp
+	p := ca.Issue(name, cn, use, sans...)
+	return p.Cert, p.Key, p.TLS
 }
 
 // dialTLS is a gRPC client of addr over TLS, verifying the server against
@@ -157,8 +88,8 @@ func refused(t *testing.T, what string, c rlsv3.RateLimitServiceClient) {
 // health), a plaintext one is not.
 func TestRatelimitGRPCServerTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	cert, key, _ := ca.issue("server", "ratelimit server", true)
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key, _ := issue(ca, "server", "ratelimit server", true)
 	p, _ := startRatelimit(t, nil, append(peerRuntime(t), "GRPC_SERVER_USE_TLS=true",
 		"GRPC_SERVER_TLS_CERT="+cert, "GRPC_SERVER_TLS_KEY="+key)...)
 	if !strings.Contains(p.Log(), "grpc_tls=tls") {
@@ -180,7 +111,7 @@ func TestRatelimitGRPCServerTLS(t *testing.T) {
 	defer conn.Close()
 	refused(t, "plaintext client", rlsv3.NewRateLimitServiceClient(conn))
 	// A client trusting another CA refuses the server.
-	other := newTestCA(t, dir, "other-ca")
+	other := testpki.NewCA(t, dir, "other-ca")
 	oc, _ := dialTLS(t, p.GRPC, other.Pool)
 	refused(t, "client trusting another CA", oc)
 }
@@ -191,13 +122,13 @@ func TestRatelimitGRPCServerTLS(t *testing.T) {
 // host name against the certificate).
 func TestRatelimitGRPCMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	cert, key, _ := ca.issue("server", "ratelimit server", true)
-	clients := newTestCA(t, dir, "clients-ca")
-	_, _, envoy := clients.issue("envoy", "envoy", false, "envoy.internal")
-	_, _, wrongSAN := clients.issue("intruder", "intruder", false, "intruder.internal")
-	stranger := newTestCA(t, dir, "stranger-ca")
-	_, _, unsigned := stranger.issue("stranger", "envoy", false, "envoy.internal")
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key, _ := issue(ca, "server", "ratelimit server", true)
+	clients := testpki.NewCA(t, dir, "clients-ca")
+	_, _, envoy := issue(clients, "envoy", "envoy", false, "envoy.internal")
+	_, _, wrongSAN := issue(clients, "intruder", "intruder", false, "intruder.internal")
+	stranger := testpki.NewCA(t, dir, "stranger-ca")
+	_, _, unsigned := issue(stranger, "stranger", "envoy", false, "envoy.internal")
 	for _, san := range []string{"", "envoy.internal"} {
 		t.Run("san="+san, func(t *testing.T) {
 			env := append(peerRuntime(t), "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+cert,
@@ -246,8 +177,8 @@ func TestRatelimitGRPCMutualTLS(t *testing.T) {
 // force.
 func TestRatelimitGRPCCertReload(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	cert, key, _ := ca.issue("server", "first", true)
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key, _ := issue(ca, "server", "first", true)
 	p, _ := startRatelimit(t, nil, append(peerRuntime(t), "GRPC_SERVER_USE_TLS=true",
 		"GRPC_SERVER_TLS_CERT="+cert, "GRPC_SERVER_TLS_KEY="+key)...)
 	presented := func() string {
@@ -263,7 +194,7 @@ func TestRatelimitGRPCCertReload(t *testing.T) {
 		t.Fatalf("presents %q, want first", got)
 	}
 	// A renewal written over the files (cert, then key).
-	n2, k2, _ := ca.issue("renewed", "second", true)
+	n2, k2, _ := issue(ca, "renewed", "second", true)
 	replace := func(from, to string) {
 		b, err := os.ReadFile(from)
 		if err != nil {
@@ -293,7 +224,7 @@ func TestRatelimitGRPCCertReload(t *testing.T) {
 		t.Fatalf("after a bad file, presents %q, want second", got)
 	}
 	// SIGHUP re-reads the files whatever the poll saw.
-	n3, k3, _ := ca.issue("third", "third", true)
+	n3, k3, _ := issue(ca, "third", "third", true)
 	replace(n3, cert)
 	replace(k3, key)
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -310,8 +241,8 @@ func TestRatelimitGRPCCertReload(t *testing.T) {
 // plaintext instead.
 func TestRatelimitTLSSettingsRefused(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	cert, key, _ := ca.issue("server", "ratelimit server", true)
+	ca := testpki.NewCA(t, dir, "ca")
+	cert, key, _ := issue(ca, "server", "ratelimit server", true)
 	garbage := filepath.Join(dir, "garbage.pem")
 	if err := os.WriteFile(garbage, []byte("not PEM\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -371,9 +302,9 @@ func runRatelimit(t *testing.T, env ...string) (string, int) {
 // management server that requires a client certificate.
 func TestRatelimitXDSMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "ca")
-	_, _, srvKP := ca.issue("xds", "xds", true, "xds.internal")
-	nodeCert, nodeKey, _ := ca.issue("node", "ratelimit node", false)
+	ca := testpki.NewCA(t, dir, "ca")
+	_, _, srvKP := issue(ca, "xds", "xds", true, "xds.internal")
+	nodeCert, nodeKey, _ := issue(ca, "node", "ratelimit node", false)
 	var clientCN atomic.Value
 	x := &xdsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
 	cb := serverv3.CallbackFuncs{StreamOpenFunc: func(ctx context.Context, id int64, typ string) error {

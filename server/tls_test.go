@@ -2,57 +2,24 @@ package server
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/testsupport/resptest"
 	"github.com/sluice-rl/sluice/testsupport/testkit"
+	"github.com/sluice-rl/sluice/testsupport/testpki"
 )
 
-// testPKI writes a CA and a node certificate for 127.0.0.1 signed by it,
-// and returns their paths and the CA pool.
+// testPKI writes a CA and a node certificate for 127.0.0.1 signed by it
+// (for servers and clients both: peers dial each other), and returns their
+// paths and the CA pool.
 func testPKI(t *testing.T) (cert, key, ca string, pool *x509.CertPool) {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	nodeKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	nodeTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "sluice node"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	nodeDER, err := x509.CreateCertificate(rand.Reader, nodeTmpl, caCert, &nodeKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
-		return p
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(nodeKey)
-	pool = x509.NewCertPool()
-	pool.AddCert(caCert)
-	return write("node.pem", "CERTIFICATE", nodeDER), write("node.key", "EC PRIVATE KEY", keyDER), write("ca.pem", "CERTIFICATE", caDER), pool
+	c := testpki.NewCA(t, t.TempDir(), "ca")
+	node := c.Issue("node", "sluice node", testpki.Both)
+	return node.Cert, node.Key, c.File, c.Pool
 }
 
 func TestTLSClientsAndClusterTraffic(t *testing.T) {
