@@ -115,7 +115,7 @@ type Node struct {
 	bolt    *raftboltdb.BoltStore
 	stable  *stableStore
 	logs    raft.LogStore
-	trans   *raft.NetworkTransport
+	trans   *transport
 	remote  Remote
 	notify  chan bool
 	changed chan struct{}

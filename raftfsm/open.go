@@ -250,7 +250,7 @@ func (n *Node) checkAddress() error {
 	return nil
 }
 
-func newTransport(o Options, hl hclog.Logger) (*raft.NetworkTransport, error) {
+func newTransport(o Options, hl hclog.Logger) (*transport, error) {
 	st := &stream{}
 	var err error
 	if o.TLS != nil {
@@ -269,10 +269,28 @@ func newTransport(o Options, hl hclog.Logger) (*raft.NetworkTransport, error) {
 	if _, port, _ := net.SplitHostPort(o.RaftAddr); port == "0" {
 		st.advertise = st.Listener.Addr()
 	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &transport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
-	}), nil
+	})}, nil
 }
+
+// transport is Raft's network transport without the heartbeat fast path.
+// Given a handler (SetHeartbeatHandler), hashicorp/raft answers a heartbeat
+// on the transport's goroutine, beside its main loop; a heartbeat of a
+// newer term then moves a node that still leads to that term while its
+// main loop is writing the entries of client writes, which it stores under
+// the new term although it does not lead it. The new leader's log matches
+// them by index and term and never replaces them, so the node applies
+// entries no other node has at indexes all of them committed
+// (hashicorp/raft#695). The robustness suite saw it: a leader cut off
+// while taking writes, then two nodes with different states at the same
+// applied index. Without a handler every heartbeat is handled by Raft's
+// main loop, in order with the writes; it may wait there behind a disk
+// write, which the election timeouts allow for.
+type transport struct{ *raft.NetworkTransport }
+
+// SetHeartbeatHandler keeps the handler off: see transport.
+func (*transport) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // advertAddr is a Raft address as written, host name or IP.
 type advertAddr string
