@@ -53,6 +53,10 @@ type Config struct {
 	// signed by it, and GRPCTLSClientSAN a name they must carry.
 	GRPCTLSCert, GRPCTLSKey           string
 	GRPCTLSClientCA, GRPCTLSClientSAN string
+	// GRPCMaxConnectionAge, when set, ends each gRPC connection that old
+	// (±10 %) with a GOAWAY, so that clients spread over the nodes again;
+	// calls still running get GRPCMaxConnectionAgeGrace more.
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
 
 	// StatsdAddr, when set, sends envoyproxy/ratelimit's stats of the
 	// Envoy front there over StatsdProtocol (udp, tcp) every
@@ -205,7 +209,9 @@ func boolean(get func(*Config) *bool) func(*Config, *flag.FlagSet, string, strin
 var settings = []setting{
 	{name: "resp-addr", def: "127.0.0.1:6380", usage: "RESP listen address (host:port)", bind: str(func(c *Config) *string { return &c.RespAddr })},
 	{name: "http-addr", def: "127.0.0.1:9380", usage: "HTTP listen address for /metrics, /healthz, /readyz and the HTTP API (/v1/…); empty disables", bind: str(func(c *Config) *string { return &c.HTTPAddr })},
-	{name: "grpc-addr", def: "", usage: "gRPC listen address for Envoy's rate limit service (RLS v3) and gRPC health; empty disables", bind: str(func(c *Config) *string { return &c.GRPCAddr })},
+	{name: "grpc-addr", def: "", usage: "gRPC listen address for Envoy's rate limit service (RLS v3) and gRPC health: host:port, or unix:PATH for a Unix socket; empty disables", bind: str(func(c *Config) *string { return &c.GRPCAddr })},
+	{name: "grpc-max-connection-age", def: "0s", usage: "close each gRPC connection this old (±10 %) with a GOAWAY, so that clients reconnect and spread over the nodes (0: never)", bind: dur(func(c *Config) *time.Duration { return &c.GRPCMaxConnectionAge })},
+	{name: "grpc-max-connection-age-grace", def: "0s", usage: "after --grpc-max-connection-age, how long calls still running may take before the connection is closed (0: as long as they take)", bind: dur(func(c *Config) *time.Duration { return &c.GRPCMaxConnectionAgeGrace })},
 	{name: "statsd-addr", def: "", usage: "statsd server (host:port) the Envoy front's stats are sent to, under envoyproxy/ratelimit's names; empty: none", bind: str(func(c *Config) *string { return &c.StatsdAddr })},
 	{name: "statsd-protocol", def: "udp", usage: "how --statsd-addr is reached: udp or tcp", bind: str(func(c *Config) *string { return &c.StatsdProtocol })},
 	{name: "statsd-flush-interval", def: "10s", usage: "how often the stats gathered are sent to --statsd-addr", bind: dur(func(c *Config) *time.Duration { return &c.StatsdFlushInterval })},
@@ -299,7 +305,7 @@ var helpGroups = []struct {
 	title string
 	names []string
 }{
-	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "advertise"}},
+	{"Listeners", []string{"resp-addr", "http-addr", "grpc-addr", "grpc-max-connection-age", "grpc-max-connection-age-grace", "advertise"}},
 	{"Cluster", []string{"raft-addr", "node-id", "data-dir", "bootstrap-peers", "join", "bootstrap-expect", "voters", "apply-timeout", "loading-timeout", "sync-interval"}},
 	{"Security", []string{"requirepass", "peer-password", "acl-file", "tls-cert", "tls-key", "tls-ca", "grpc-tls-cert", "grpc-tls-key", "grpc-tls-client-ca", "grpc-tls-client-san", "protected-mode", "auth-timeout"}},
 	{"Limits", []string{"budgets", "max-buckets", "max-data-memory", "script-time-limit", "script-native", "max-quota-counters", "max-reservations", "reservation-ttl", "max-key-len", "shards"}},
@@ -546,7 +552,19 @@ func (c *Config) Validate() error {
 	}
 	hostPort("resp-addr", c.RespAddr, false, true)
 	hostPort("http-addr", c.HTTPAddr, true, true)
-	hostPort("grpc-addr", c.GRPCAddr, true, true)
+	if path, ok := unixSocket(c.GRPCAddr); ok {
+		if path == "" {
+			bad("grpc-addr", "unix: needs the socket's path (unix:/run/sluice/grpc.sock)")
+		}
+	} else {
+		hostPort("grpc-addr", c.GRPCAddr, true, true)
+	}
+	if c.GRPCMaxConnectionAge < 0 || c.GRPCMaxConnectionAgeGrace < 0 {
+		bad("grpc-max-connection-age", "and --grpc-max-connection-age-grace must be 0 or more")
+	}
+	if c.GRPCMaxConnectionAgeGrace > 0 && c.GRPCMaxConnectionAge == 0 {
+		bad("grpc-max-connection-age-grace", "applies after --grpc-max-connection-age: set it too")
+	}
 	hostPort("raft-addr", c.RaftAddr, false, false)
 	if c.Advertise == "" {
 		// The default, 127.0.0.1, reaches no other node.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
@@ -37,6 +39,10 @@ func (s *Server) listenGRPC() error {
 		return err
 	}
 	opts := []grpc.ServerOption{grpc.UnaryInterceptor(s.grpcAuth)}
+	if age := s.cfg.GRPCMaxConnectionAge; age > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age,
+			MaxConnectionAgeGrace: s.cfg.GRPCMaxConnectionAgeGrace}))
+	}
 	tc, err := s.grpcTLSConfig()
 	if err != nil {
 		return err
@@ -48,7 +54,7 @@ func (s *Server) listenGRPC() error {
 	// (openEnvoyPorts).
 	var ln net.Listener
 	if !s.holdsEnvoyPorts() {
-		if ln, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		if ln, err = listenGRPCAddr(s.cfg.GRPCAddr); err != nil {
 			return fmt.Errorf("--grpc-addr %s: %w", s.cfg.GRPCAddr, err)
 		}
 	}
@@ -147,6 +153,33 @@ func (s *Server) rlsReady() bool {
 	return true
 }
 
+// unixSocket reports whether a listen address names a Unix socket
+// (unix:PATH, or unix://PATH as gRPC clients write it), and its path.
+func unixSocket(addr string) (string, bool) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return "", false
+	}
+	if p, ok := strings.CutPrefix(path, "//"); ok {
+		path = p
+	}
+	return path, true
+}
+
+// listenGRPCAddr binds --grpc-addr: a TCP address, or a Unix socket, whose
+// file a previous run left behind is replaced (a socket only: any other
+// file is an error).
+func listenGRPCAddr(addr string) (net.Listener, error) {
+	path, ok := unixSocket(addr)
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	return net.Listen("unix", path)
+}
+
 // GRPCAddr returns the bound gRPC address, or "" if gRPC is off (or not
 // bound yet: held for the first xDS response).
 func (s *Server) GRPCAddr() string {
@@ -154,6 +187,9 @@ func (s *Server) GRPCAddr() string {
 	defer s.envoyMu.Unlock()
 	if s.grpcLn == nil {
 		return ""
+	}
+	if a := s.grpcLn.Addr(); a.Network() == "unix" {
+		return "unix:" + a.String() // as gRPC clients dial it
 	}
 	return s.grpcLn.Addr().String()
 }
@@ -211,6 +247,11 @@ func (s *Server) authorize(ctx context.Context, authz string, need access.Role) 
 	addr := ""
 	if p, ok := peer.FromContext(ctx); ok {
 		addr = p.Addr.String()
+		if p.Addr.Network() == "unix" {
+			// A Unix socket's callers are on this machine, as loopback
+			// ones are: protected mode lets them in.
+			addr = "127.0.0.1:0"
+		}
 	}
 	switch refusal, msg := s.env.Auth.CheckCaller(addr, authz, need, s.cfg.ProtectedMode); refusal {
 	case access.Unauthenticated:

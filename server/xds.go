@@ -77,7 +77,7 @@ func (s *Server) openEnvoyPorts() {
 	}
 	var bound []net.Listener
 	bind := func(flag, addr string) (net.Listener, error) {
-		ln, err := net.Listen("tcp", addr)
+		ln, err := listenGRPCAddr(addr) // a TCP address unless it names a Unix socket
 		if err != nil {
 			for _, l := range bound {
 				l.Close()
