@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -516,6 +517,18 @@ func str(file string, n *yaml.Node, name string) (string, error) {
 	}
 	if n.Kind != yaml.ScalarNode {
 		return "", &configError{file, n.Line, name + " must be a string"}
+	}
+	// envoyproxy/ratelimit takes a string, an integer or a boolean where a
+	// string goes, and refuses the file for any other scalar ("error
+	// checking config"): a number with a fraction, or an integer past 64
+	// bits, which its YAML decoder makes a float or an unsigned integer.
+	switch n.ShortTag() {
+	case "!!float":
+		return "", &configError{file, n.Line, fmt.Sprintf("%s must be a string, an integer or true/false, not %s: a number with a fraction, which envoyproxy/ratelimit refuses too (quote it: \"%s\")", name, n.Value, n.Value)}
+	case "!!int":
+		if _, err := strconv.ParseInt(n.Value, 0, 64); err != nil {
+			return "", &configError{file, n.Line, fmt.Sprintf("%s must be a string, an integer of 64 bits or true/false, not %s, which envoyproxy/ratelimit refuses too (quote it: \"%s\")", name, n.Value, n.Value)}
+		}
 	}
 	return n.Value, nil
 }

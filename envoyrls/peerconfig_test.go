@@ -99,6 +99,24 @@ func TestConfigAsThePeerValidates(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "f.yaml:4: requests_per_unit must be an integer") {
 		t.Fatalf("1.5: %v", err)
 	}
+	// A value the peer's decoder makes a float, or an integer past 64
+	// bits, refuses the file; quoted, or a plain integer, it is a string.
+	for _, v := range []string{"1.5", "1e3", ".inf", "18446744073709551616"} {
+		_, err := ParseConfig("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    value: "+v+"\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
+		if err == nil || !strings.Contains(err.Error(), "f.yaml:4: value must be a string") {
+			t.Fatalf("value: %s: %v", v, err)
+		}
+	}
+	for _, v := range []string{`"1.5"`, "'1.5'", "15", "0x1F", "true"} {
+		c, err := ParseConfig("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    value: "+v+"\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
+		if err != nil {
+			t.Fatalf("value: %s: %v", v, err)
+		}
+		want := strings.Trim(v, `"'`)
+		if r := c.Match("d", 1, func(int) (string, string) { return "k", want }); r == nil {
+			t.Fatalf("value: %s: no rule for %q", v, want)
+		}
+	}
 	c, err := ParseConfig("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    unit: second\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
 	if err != nil {
 		t.Fatalf("unit under a descriptor: %v", err)
