@@ -115,7 +115,7 @@ func TestRatelimitIntegrationBasic(t *testing.T) {
 				env = append(env, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
 			}
 			p, c := startRatelimit(t, nil, env...)
-			if !strings.Contains(p.Log(), "backend settings ignored") || !strings.Contains(p.Log(), "REDIS_URL") {
+			if !strings.Contains(p.Log(), "settings ignored (sluice is its own store") || !strings.Contains(p.Log(), "REDIS_URL") {
 				t.Fatalf("REDIS_URL not reported as ignored:\n%s", p.Log())
 			}
 			awayFromMinuteEndAt(now, 40*time.Second)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,15 +22,11 @@ import (
 // the logger exists.
 type ratelimitMode struct {
 	server.RatelimitMode
-	ignored []string // variables set for a backend sluice does not need
-	notes   []string // settings accepted that change nothing here
-	info    []string // settings ignored, said at INFO
+	notes []string // settings accepted that change nothing here, said at WARN
+	info  []string // settings ignored, said at INFO
 }
 
 func (m *ratelimitMode) logNotes(log *slog.Logger) {
-	if len(m.ignored) > 0 {
-		log.Info("ratelimit: backend settings ignored: sluice is its own store; replicas share limits by forming a cluster (SLUICE_JOIN)", "variables", strings.Join(m.ignored, ","))
-	}
 	for _, n := range m.notes {
 		log.Warn("ratelimit: " + n)
 	}
@@ -54,10 +49,17 @@ func ratelimit(args []string, getenv func(string) string, stdout, stderr io.Writ
 	return runNode(append(flags, args...), getenv, stdout, stderr, mode)
 }
 
-// peerEnv reads the peer's variables with their defaults.
+// peerEnv reads the peer's variables with their defaults, and notes
+// which it read (reportUnread names the others that are set).
 type peerEnv struct {
-	get  func(string) string
+	env  func(string) string
+	read map[string]bool
 	errs []string
+}
+
+func (e *peerEnv) get(name string) string {
+	e.read[name] = true
+	return e.env(name)
 }
 
 func (e *peerEnv) str(name, def string) string {
@@ -89,23 +91,30 @@ func (e *peerEnv) addr(hostVar, hostDef, portVar, portDef string) string {
 
 // ratelimitSettings translates the peer's environment.
 func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, error) {
-	e := &peerEnv{get: getenv}
+	e := &peerEnv{env: getenv, read: map[string]bool{}}
 	m := &ratelimitMode{}
 	var flags []string
 	set := func(name, value string) { flags = append(flags, "--"+name, value) }
 	set("http-addr", e.addr("HOST", "0.0.0.0", "PORT", "8080"))
-	set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
-	forceStart := e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false) // with FILE, the files are read at start either way
+	if uds := e.get("GRPC_UDS"); uds != "" {
+		set("grpc-addr", "unix:"+uds) // instead of GRPC_HOST:GRPC_PORT, as the peer
+	} else {
+		set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
+	}
+	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", "24h").String())
+	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", "1h").String())
+	ignoreDotFiles := false
 	switch t := e.str("CONFIG_TYPE", "FILE"); t {
 	case "FILE":
 		set("envoy-config", filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"),
 			e.get("RUNTIME_SUBDIRECTORY"), e.str("RUNTIME_APPDIRECTORY", "config")))
+		ignoreDotFiles = e.flag("RUNTIME_IGNOREDOTFILES", false)
 	case "GRPC_XDS_SOTW":
 		set("envoy-config", "") // the rules come from the xDS server: no SLUICE_ENVOY_CONFIG either
 		var notes []string
 		m.XDS, notes = peerXDS(e)
 		m.notes = append(m.notes, notes...)
-		m.ForceStart = forceStart
+		m.ForceStart = e.flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)
 	default:
 		e.errs = append(e.errs, fmt.Sprintf("CONFIG_TYPE=%q: must be FILE or GRPC_XDS_SOTW", t))
 	}
@@ -115,15 +124,17 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	for _, f := range peerStats(e, m) {
 		set(f[0], f[1])
 	}
-	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: e.flag("RUNTIME_IGNOREDOTFILES", false),
+	m.Load = envoyrls.LoadOptions{Tree: true, IgnoreDotFiles: ignoreDotFiles,
 		MergeDomains: e.flag("MERGE_DOMAIN_CONFIG", false), QuotaMode: true}
 	if m.XDS != nil {
 		m.XDS.Load = m.Load
 	}
-	e.flag("RUNTIME_WATCH_ROOT", true) // either way the files are polled (docs/envoy.md)
 	m.HealthyWithAtLeastOneConfig = e.flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)
 	m.Answers = peerAnswers(e)
-	m.ignored = peerIgnored(getenv)
+	if e.flag("TRACING_ENABLED", false) {
+		e.errs = append(e.errs, "TRACING_ENABLED=true: sluice exports no OpenTelemetry traces; unset it (or set it to false) to run without them: "+
+			"every call is counted in the metrics (/metrics, statsd) and refusals are logged with --log-level debug")
+	}
 	for _, f := range peerGRPCTLS(e, &m.notes) {
 		set(f[0], f[1])
 	}
@@ -135,6 +146,7 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 		}
 		m.NearLimitRatio = f
 	}
+	reportUnread(e, m)
 	if len(e.errs) > 0 {
 		return nil, nil, fmt.Errorf("%s", strings.Join(e.errs, "; "))
 	}
@@ -158,22 +170,6 @@ func peerAnswers(e *peerEnv) envoyrls.Options {
 	o.WholeSecondReset = !e.flag("SLUICE_RLS_EXACT_RESET", false)
 	o.IETFHeaders = e.flag("SLUICE_RLS_IETF_HEADERS", false)
 	return o
-}
-
-// peerIgnored lists the backend variables that are set: sluice needs no
-// Redis or memcache.
-func peerIgnored(getenv func(string) string) []string {
-	var out []string
-	for _, p := range []string{"BACKEND_TYPE", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_POOL_SIZE", "REDIS_AUTH",
-		"REDIS_TLS", "REDIS_PERSECOND", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_AUTH",
-		"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "CACHE_KEY_PREFIX",
-		"EXPIRATION_JITTER_MAX_SECONDS", "LOCAL_CACHE_SIZE_IN_BYTES"} {
-		if getenv(p) != "" {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // peerGRPCTLS is the gRPC port's TLS as the peer reads it (its
@@ -230,15 +226,6 @@ func peerGRPCTLS(e *peerEnv, notes *[]string) [][2]string {
 // (tcp by default) every STATS_FLUSH_INTERVAL with EXTRA_TAGS, and the
 // Prometheus port with USE_PROMETHEUS. It returns the flags they become.
 func peerStats(e *peerEnv, m *ratelimitMode) [][2]string {
-	var ignored []string
-	for _, v := range []string{"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML"} {
-		if e.get(v) != "" {
-			ignored = append(ignored, v)
-		}
-	}
-	if len(ignored) > 0 {
-		m.info = append(m.info, "stats settings ignored: statsd is sent in gostats' format (not dogstatsd) and the Prometheus series are named by envoyproxy/ratelimit's default mapping: "+strings.Join(ignored, ", "))
-	}
 	if e.flag("DISABLE_STATS", false) {
 		m.DisableStats = true
 		m.info = append(m.info, "DISABLE_STATS=true: no envoyproxy/ratelimit stats, neither to statsd nor on a Prometheus port")
