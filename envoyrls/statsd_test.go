@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"os"
@@ -203,5 +204,74 @@ func TestPeerPrometheusSeries(t *testing.T) {
 	}
 	if n < 12 {
 		t.Fatalf("%d series in the list", n)
+	}
+}
+
+// TestStatsdOverTCP: over TCP, gostats' default and so the drop-in's
+// (STATSD_PROTOCOL unset), the same lines reach a statsd server, one a
+// line, across the connections the sender opens.
+func TestStatsdOverTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lines := make(chan string, 1024)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+		}
+	}()
+	now := t0
+	s := newServer(t, cfgYAML, &now)
+	s.SetOptions(PeerOptions())
+	m := NewMetrics(prometheus.NewRegistry())
+	m.EnablePeerStatsWith(PeerStatsOptions{NearRatio: 0.8, Statsd: &StatsdOptions{Addr: ln.Addr().String(),
+		Protocol: "tcp", Interval: 10 * time.Millisecond}})
+	defer m.Close()
+	s.metrics = m
+	for i := 0; i < 3; i++ {
+		if _, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "a")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]uint64{"ratelimit.service.rate_limit.d.k.total_hits": 3, "ratelimit.service.rate_limit.d.k.over_limit": 1,
+		"ratelimit_server.ShouldRateLimit.total_requests": 3}
+	got := map[string]uint64{}
+	deadline := time.After(60 * time.Second)
+	for done := false; !done; {
+		select {
+		case line := <-lines:
+			name, v, _ := strings.Cut(line, ":")
+			num, kind, ok := strings.Cut(v, "|")
+			x, err := strconv.ParseUint(num, 10, 64)
+			if !ok || err != nil {
+				t.Fatalf("statsd line %q", line)
+			}
+			if kind == "c" {
+				got[name] += x
+			}
+		case <-deadline:
+			t.Fatalf("statsd over TCP: after 60s got %v", got)
+		}
+		done = true
+		for k, v := range want {
+			done = done && got[k] >= v
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %d, want %d", k, got[k], v)
+		}
 	}
 }
