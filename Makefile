@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/sluice
 PKGS    ?= ./...
 
-.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-envoy bench-peer bench-memory bench-scaling bench-libraries bench-accuracy fuzz image docker clean
+.PHONY: all build run test test-docs test-short race vet fmt chaos bench bench-compare bench-onecore bench-envoy bench-peer bench-memory bench-scaling bench-libraries bench-accuracy fuzz image docker clean
 
 all: build
 
@@ -85,6 +85,11 @@ bench:
 # redis-benchmark and the bench tool; ROUNDS, N and SLUICE_GOMAXPROCS tune it.
 bench-compare:
 	bash bench/compare.sh
+
+# One pinned core of sluice (inline and under an enforcing parent) beside
+# one of Redis INCR, five alternating rounds; ROUNDS tunes it.
+bench-onecore:
+	bash bench/onecore.sh
 
 # How throughput scales with cores: the parallel go benchmarks at -cpu
 # 1,2,4,8,16 and one node against Redis (docs/benchmarks.md); see the
