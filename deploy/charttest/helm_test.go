@@ -93,6 +93,13 @@ type prometheusRule struct {
 // with these values over values.yaml.
 func renderChart(t *testing.T, values string) *rendered {
 	t.Helper()
+	return renderChartWith(t, values, nil)
+}
+
+// renderChartWith renders as renderChart does, with lookup answered by
+// cluster when it is not nil (as `helm install` and `helm upgrade` render).
+func renderChartWith(t *testing.T, values string, cluster engine.ClientProvider) *rendered {
+	t.Helper()
 	chrt, err := loader.Load(filepath.Join(root, chartDir))
 	if err != nil {
 		t.Fatalf("loading the chart: %v", err)
@@ -106,7 +113,12 @@ func renderChart(t *testing.T, values string) *rendered {
 	if err != nil {
 		t.Fatalf("values: %v", err)
 	}
-	files, err := engine.Render(chrt, top)
+	var files map[string]string
+	if cluster == nil {
+		files, err = engine.Render(chrt, top)
+	} else {
+		files, err = engine.RenderWithClientProvider(chrt, top, cluster)
+	}
 	if err != nil {
 		t.Fatalf("rendering: %v", err)
 	}
@@ -302,10 +314,20 @@ func checkStatefulSet(t *testing.T, r *rendered) {
 		name  string
 		probe *corev1.Probe
 		path  string
-	}{{"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
+	}{{"startup", c.StartupProbe, "/healthz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"readiness", c.ReadinessProbe, "/readyz"}} {
 		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != "http" {
-			t.Errorf("%s probe: %+v, want GET %s on the http port (%d)", p.name, p.probe, p.path, http)
+			t.Fatalf("%s probe: %+v, want GET %s on the http port (%d)", p.name, p.probe, p.path, http)
 		}
+		if p.probe.PeriodSeconds < 1 || p.probe.FailureThreshold < 1 {
+			t.Errorf("%s probe: periodSeconds %d, failureThreshold %d", p.name, p.probe.PeriodSeconds, p.probe.FailureThreshold)
+		}
+	}
+	// A node replaying a large Raft log may take a minute or more before
+	// it serves: the startup probe, which holds off the liveness probe,
+	// waits longer than that (the liveness probe alone would restart it
+	// after periodSeconds × failureThreshold).
+	if s := c.StartupProbe; s.PeriodSeconds*s.FailureThreshold < 120 {
+		t.Errorf("the startup probe gives a starting node %ds (%d × %d), want 2 min or more", s.PeriodSeconds*s.FailureThreshold, s.PeriodSeconds, s.FailureThreshold)
 	}
 	if nodeSettings(t, r, "rl-sluice-1").HTTPAddr != fmt.Sprintf("0.0.0.0:%d", http) {
 		t.Errorf("the probes' port %d is not where the node serves HTTP", http)
