@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -132,6 +134,7 @@ func (n *Node) startRaft(hl hclog.Logger, snaps *raft.FileSnapshotStore) (bool, 
 		closeStores()
 		return false, err
 	}
+	n.trans.watch(n.raft)
 	if existing {
 		if err := n.checkAddress(); err != nil {
 			n.raft.Shutdown().Error()
@@ -269,28 +272,104 @@ func newTransport(o Options, hl hclog.Logger) (*transport, error) {
 	if _, port, _ := net.SplitHostPort(o.RaftAddr); port == "0" {
 		st.advertise = st.Listener.Addr()
 	}
-	return &transport{raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return newFilteredTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
-	})}, nil
+	})), nil
 }
 
-// transport is Raft's network transport without the heartbeat fast path.
-// Given a handler (SetHeartbeatHandler), hashicorp/raft answers a heartbeat
-// on the transport's goroutine, beside its main loop; a heartbeat of a
-// newer term then moves a node that still leads to that term while its
-// main loop is writing the entries of client writes, which it stores under
-// the new term although it does not lead it. The new leader's log matches
-// them by index and term and never replaces them, so the node applies
-// entries no other node has at indexes all of them committed
-// (hashicorp/raft#695). The robustness suite saw it: a leader cut off
-// while taking writes, then two nodes with different states at the same
-// applied index. Without a handler every heartbeat is handled by Raft's
-// main loop, in order with the writes; it may wait there behind a disk
-// write, which the election timeouts allow for.
-type transport struct{ *raft.NetworkTransport }
+// transport is Raft's network transport with the heartbeat fast path
+// kept only where it is safe. Given a handler (SetHeartbeatHandler),
+// hashicorp/raft answers a heartbeat on the transport's goroutine, beside
+// its main loop, so that a follower's heartbeats do not wait behind its
+// disk writes. But a heartbeat of a newer term, there, moves a node that
+// still leads to that term while its main loop is writing the entries of
+// client writes, which it then stores under the new term although it does
+// not lead it; the new leader's log matches them by index and term and
+// never replaces them, so the node applies entries no other node has at
+// indexes all of them committed (hashicorp/raft#695). The robustness suite
+// saw it: a leader cut off while taking writes, then two nodes with
+// different states at the same applied index.
+//
+// So a heartbeat takes the fast path only when it cannot change this
+// node's term or role: the node follows, and the heartbeat's term is not
+// newer than its own. Terms only grow, and a node that becomes a candidate
+// raises its own, so by the time Raft looks at such a heartbeat it is of
+// this node's term (a follower's, handled as before) or older (ignored).
+// Every other heartbeat goes to Raft's main loop, in order with everything
+// else, as every other RPC does.
+type transport struct {
+	*raft.NetworkTransport
+	in   chan raft.RPC // what Raft's main loop consumes
+	node atomic.Pointer[raftView]
+	stop chan struct{}
+	once sync.Once
+}
 
-// SetHeartbeatHandler keeps the handler off: see transport.
-func (*transport) SetHeartbeatHandler(func(raft.RPC)) {}
+// raftView is what the filter reads of the node's Raft (a *raft.Raft).
+type raftView interface {
+	State() raft.RaftState
+	CurrentTerm() uint64
+}
+
+func newFilteredTransport(nt *raft.NetworkTransport) *transport {
+	t := &transport{NetworkTransport: nt, in: make(chan raft.RPC), stop: make(chan struct{})}
+	go func() {
+		from := nt.Consumer()
+		for {
+			select {
+			case rpc := <-from:
+				select {
+				case t.in <- rpc:
+				case <-t.stop:
+					rpc.Respond(nil, raft.ErrTransportShutdown)
+					return
+				}
+			case <-t.stop:
+				return
+			}
+		}
+	}()
+	return t
+}
+
+// watch gives the filter the node's Raft; until then every heartbeat
+// goes to the main loop.
+func (t *transport) watch(r raftView) { t.node.Store(&r) }
+
+// Consumer is what Raft's main loop reads: every RPC, and the heartbeats
+// kept off the fast path.
+func (t *transport) Consumer() <-chan raft.RPC { return t.in }
+
+// SetHeartbeatHandler installs Raft's fast path behind the filter.
+func (t *transport) SetHeartbeatHandler(fast func(raft.RPC)) {
+	if fast == nil {
+		t.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if t.fastPathSafe(rpc) {
+			fast(rpc)
+			return
+		}
+		select {
+		case t.in <- rpc:
+		case <-t.stop:
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+		}
+	})
+}
+
+func (t *transport) fastPathSafe(rpc raft.RPC) bool {
+	r := t.node.Load()
+	a, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	return r != nil && ok && (*r).State() == raft.Follower && a.Term <= (*r).CurrentTerm()
+}
+
+// Close stops the filter and the network transport.
+func (t *transport) Close() error {
+	t.once.Do(func() { close(t.stop) })
+	return t.NetworkTransport.Close()
+}
 
 // advertAddr is a Raft address as written, host name or IP.
 type advertAddr string
