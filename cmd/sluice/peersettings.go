@@ -126,7 +126,7 @@ var peerSettings = []peerSetting{
 	{name: "RUNTIME_WATCH_ROOT", class: ignored, unread: watchedAnyway, sample: "false"},
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", class: ignored, unread: ownStore, sample: "60"},
 	{name: "LOCAL_CACHE_SIZE_IN_BYTES", class: ignored, unread: ownStore, sample: "1000000"},
-	{name: "NEAR_LIMIT_RATIO", sample: "0.5"},
+	{name: "NEAR_LIMIT_RATIO", sample: "0.5", unread: statsOff},
 	{name: "CACHE_KEY_PREFIX", class: ignored, unread: ownStore, sample: "rl_"},
 	{name: "BACKEND_TYPE", class: ignored, unread: ownStore, sample: "memcache"},
 	{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", sample: "true"},
@@ -245,7 +245,11 @@ func reportUnread(e *peerEnv, m *ratelimitMode) {
 			continue
 		}
 		if want, ok := wellFormed(peerKinds[s.name], v); !ok {
-			e.errs = append(e.errs, fmt.Sprintf("%s=%q: must be %s (envoyproxy/ratelimit refuses to start on it too, although this setting changes nothing here)", s.name, v, want))
+			shown := fmt.Sprintf("=%q", v)
+			if peerKinds[s.name] == "map" {
+				shown = "" // headers and tags may carry credentials
+			}
+			e.errs = append(e.errs, fmt.Sprintf("%s%s: must be %s (envoyproxy/ratelimit refuses to start on it too, although this setting changes nothing here)", s.name, shown, want))
 			continue
 		}
 		why := s.unread

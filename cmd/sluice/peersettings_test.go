@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -140,6 +141,27 @@ func sameTLS(a, b *tls.Config) bool {
 	return a.RootCAs == nil || a.RootCAs.Equal(b.RootCAs)
 }
 
+// namedIn reports whether name is one of the settings a log line names:
+// in the list of an INFO line ("settings ignored (why): A, B"), or as a
+// whole word of a WARN line — never as part of another setting's name
+// (PORT in STATSD_PORT) or of a reason's text.
+func namedIn(said, name string) bool {
+	word := regexp.MustCompile(`(^|[^A-Z0-9_])` + name + `($|[^A-Z0-9_])`)
+	for _, line := range strings.Split(said, "\n") {
+		if strings.HasPrefix(line, "settings ignored (") {
+			i := strings.LastIndex(line, "): ")
+			if i >= 0 && slices.Contains(strings.Split(line[i+3:], ", "), name) {
+				return true
+			}
+			continue
+		}
+		if word.MatchString(line) {
+			return true
+		}
+	}
+	return false
+}
+
 // Each setting, set, is honoured (what sluice runs with changes), refused
 // (the start fails naming it) or named in a log line, as its row says;
 // alone, without the settings it needs, it is never passed over in
@@ -189,16 +211,16 @@ func TestEachPeerSettingIsHonouredRefusedOrNamed(t *testing.T) {
 				if !sameSettings(got, base) {
 					t.Fatalf("%s=%s changes what sluice runs with, though ignored:\n%s\n%s", s.name, s.sample, got.flags, base.flags)
 				}
-				if !strings.Contains(got.said, s.name) {
+				if !namedIn(got.said, s.name) {
 					t.Fatalf("%s=%s is named in no log line: %q", s.name, s.sample, got.said)
 				}
 			}
 			alone, none := envOfRow(s, s.sample, false)
 			a, defaults := settingsOutcome(alone), settingsOutcome(none)
-			if !strings.Contains(a.err, s.name) && !strings.Contains(a.said, s.name) && sameSettings(a, defaults) {
+			if !strings.Contains(a.err, s.name) && !namedIn(a.said, s.name) && sameSettings(a, defaults) {
 				t.Fatalf("%s=%s alone changes nothing and is named nowhere", s.name, s.sample)
 			}
-			if kind := peerKinds[s.name]; kind != "" && kind != "map" {
+			if kind := peerKinds[s.name]; kind != "" {
 				bad, _ := envOfRow(s, "not-a-"+kind, true)
 				if o := settingsOutcome(bad); !strings.Contains(o.err, s.name) {
 					t.Fatalf("%s=not-a-%s: want a refusal naming it, as the peer refuses it; got %q", s.name, kind, o.err)
@@ -264,5 +286,25 @@ func TestEnvoyDocsSettingsTable(t *testing.T) {
 	}
 	for n := range classes {
 		t.Errorf("docs/envoy.md's settings table names %s, which is none of the peer's settings", n)
+	}
+}
+
+// Settings that matter only beside another are named when set without it,
+// even where one of them is read in another configuration: with
+// DISABLE_STATS=true, NEAR_LIMIT_RATIO and the statsd and Prometheus ones.
+func TestSettingsThatNeedAnotherAreNamed(t *testing.T) {
+	o := settingsOutcome(map[string]string{"DISABLE_STATS": "true", "NEAR_LIMIT_RATIO": "0.5", "USE_PROMETHEUS": "true",
+		"STATSD_HOST": "stats", "PROMETHEUS_ADDR": ":9091"})
+	if o.err != "" {
+		t.Fatal(o.err)
+	}
+	for _, n := range []string{"NEAR_LIMIT_RATIO", "USE_PROMETHEUS", "STATSD_HOST", "PROMETHEUS_ADDR"} {
+		if !namedIn(o.said, n) {
+			t.Errorf("%s with DISABLE_STATS=true is named nowhere: %q", n, o.said)
+		}
+	}
+	o = settingsOutcome(map[string]string{"GRPC_UDS": "/tmp/rl.sock", "GRPC_PORT": "9000"})
+	if !namedIn(o.said, "GRPC_PORT") || namedIn(o.said, "PORT") {
+		t.Errorf("GRPC_PORT beside GRPC_UDS: %q", o.said)
 	}
 }

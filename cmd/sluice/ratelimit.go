@@ -101,8 +101,12 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	} else {
 		set("grpc-addr", e.addr("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081"))
 	}
-	set("grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", "24h").String())
-	set("grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", "1h").String())
+	// An age of 0 is gRPC's "never", and then no grace applies.
+	age, grace := e.duration("GRPC_MAX_CONNECTION_AGE", "24h"), e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")
+	set("grpc-max-connection-age", age.String())
+	if age > 0 {
+		set("grpc-max-connection-age-grace", grace.String())
+	}
 	ignoreDotFiles := false
 	switch t := e.str("CONFIG_TYPE", "FILE"); t {
 	case "FILE":
@@ -137,14 +141,6 @@ func ratelimitSettings(getenv func(string) string) ([]string, *ratelimitMode, er
 	}
 	for _, f := range peerGRPCTLS(e, &m.notes) {
 		set(f[0], f[1])
-	}
-	m.NearLimitRatio = 0.8
-	if r := e.get("NEAR_LIMIT_RATIO"); r != "" {
-		f, err := strconv.ParseFloat(r, 32)
-		if err != nil || f < 0 || f > 1 {
-			e.errs = append(e.errs, fmt.Sprintf("NEAR_LIMIT_RATIO=%q: must be a number between 0 and 1", r))
-		}
-		m.NearLimitRatio = f
 	}
 	reportUnread(e, m)
 	if len(e.errs) > 0 {
@@ -226,10 +222,18 @@ func peerGRPCTLS(e *peerEnv, notes *[]string) [][2]string {
 // (tcp by default) every STATS_FLUSH_INTERVAL with EXTRA_TAGS, and the
 // Prometheus port with USE_PROMETHEUS. It returns the flags they become.
 func peerStats(e *peerEnv, m *ratelimitMode) [][2]string {
+	m.NearLimitRatio = 0.8
 	if e.flag("DISABLE_STATS", false) {
 		m.DisableStats = true
 		m.info = append(m.info, "DISABLE_STATS=true: no envoyproxy/ratelimit stats, neither to statsd nor on a Prometheus port")
 		return nil
+	}
+	if r := e.get("NEAR_LIMIT_RATIO"); r != "" { // what counts as near_limit in the stats
+		f, err := strconv.ParseFloat(r, 32)
+		if err != nil || f < 0 || f > 1 {
+			e.errs = append(e.errs, fmt.Sprintf("NEAR_LIMIT_RATIO=%q: must be a number between 0 and 1", r))
+		}
+		m.NearLimitRatio = f
 	}
 	if e.flag("USE_PROMETHEUS", false) {
 		m.PrometheusAddr, m.PrometheusPath = e.str("PROMETHEUS_ADDR", ":9090"), e.str("PROMETHEUS_PATH", "/metrics")

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/envoyrls"
+	"github.com/sluice-rl/sluice/server"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -171,5 +173,25 @@ func TestRatelimitStats(t *testing.T) {
 		if _, _, err := ratelimitSettings(envOf(env...)); err == nil || !strings.Contains(err.Error(), env[0]) {
 			t.Errorf("%s=%s: %v", env[0], env[1], err)
 		}
+	}
+}
+
+// GRPC_MAX_CONNECTION_AGE=0 is gRPC's "never", as for the peer: no grace
+// is passed, so the node starts (a grace needs an age).
+func TestRatelimitConnectionAgeZero(t *testing.T) {
+	flags, _, err := ratelimitSettings(envOf("GRPC_MAX_CONNECTION_AGE", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(flags, " ")
+	if !strings.Contains(got, "--grpc-max-connection-age 0s") || strings.Contains(got, "grace") {
+		t.Fatalf("flags %s", got)
+	}
+	cfg, err := server.Load(flags, func(string) string { return "" }, io.Discard)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatalf("the flags of GRPC_MAX_CONNECTION_AGE=0 do not start a node: %v", err)
 	}
 }

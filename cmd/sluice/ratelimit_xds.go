@@ -68,10 +68,11 @@ func peerXDS(e *peerEnv) (*envoyrls.XDSSettings, []string) {
 	// key:value,key:value, as the peer's settings read a map.
 	if v := e.get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); strings.TrimSpace(v) != "" {
 		x.Headers = map[string]string{}
-		for _, kv := range strings.Split(v, ",") {
+		for i, kv := range strings.Split(v, ",") {
 			k, val, ok := strings.Cut(kv, ":")
 			if !ok || strings.TrimSpace(k) == "" {
-				e.errs = append(e.errs, fmt.Sprintf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry %q: the form is name:value,name:value", kv))
+				// Not the entry itself: a header may carry a credential.
+				e.errs = append(e.errs, fmt.Sprintf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: entry %d has no header name before a ':' (the form is name:value,name:value)", i+1))
 				continue
 			}
 			x.Headers[strings.ToLower(strings.TrimSpace(k))] = val
