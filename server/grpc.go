@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -176,16 +178,24 @@ func unixSocket(addr string) (string, bool) {
 	return path, true
 }
 
-// listenGRPCAddr binds --grpc-addr: a TCP address, or a Unix socket, whose
-// file a previous run left behind is replaced (a socket only: any other
-// file is an error).
+// listenGRPCAddr binds --grpc-addr: a TCP address, or a Unix socket. A
+// socket file that a previous run left behind (nobody accepts on it) is
+// replaced; one a live process listens on is left alone, and any other
+// file is an error.
 func listenGRPCAddr(addr string) (net.Listener, error) {
 	path, ok := unixSocket(addr)
 	if !ok {
 		return net.Listen("tcp", addr)
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(path)
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen unix %s: a running process listens on it", path)
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			os.Remove(path) // stale: its process is gone
+		}
 	}
 	return net.Listen("unix", path)
 }
@@ -198,10 +208,16 @@ func (s *Server) GRPCAddr() string {
 	if s.grpcLn == nil {
 		return ""
 	}
-	if a := s.grpcLn.Addr(); a.Network() == "unix" {
-		return "unix:" + a.String() // as gRPC clients dial it
+	return listenerAddr(s.grpcLn)
+}
+
+// listenerAddr is a listener's address as clients dial it: host:port, or
+// unix:PATH for a Unix socket (gRPC's form).
+func listenerAddr(ln net.Listener) string {
+	if a := ln.Addr(); a.Network() == "unix" {
+		return "unix:" + a.String()
 	}
-	return s.grpcLn.Addr().String()
+	return ln.Addr().String()
 }
 
 // stopGRPC lets in-flight calls finish, up to the shutdown timeout.

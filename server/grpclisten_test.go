@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,9 +37,18 @@ func TestGRPCOnAUnixSocket(t *testing.T) {
 	if st := h.check(t, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health over the socket: %v", st)
 	}
+	// A socket a live process listens on is not taken over.
+	if _, err := listenGRPCAddr("unix:" + sock); err == nil || !strings.Contains(err.Error(), "a running process listens on it") {
+		t.Fatalf("a live socket was replaced: %v", err)
+	}
+	if st := h.check(t, "ratelimit"); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health after another bind was tried: %v", st)
+	}
 	// Any other file at the path is not replaced.
 	other := filepath.Join(t.TempDir(), "not-a-socket")
-	os.WriteFile(other, []byte("data"), 0o600)
+	if err := os.WriteFile(other, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := listenGRPCAddr("unix:" + other); err == nil {
 		t.Fatal("a regular file at the socket's path was replaced")
 	}

@@ -77,7 +77,11 @@ func (s *Server) openEnvoyPorts() {
 	}
 	var bound []net.Listener
 	bind := func(flag, addr string) (net.Listener, error) {
-		ln, err := listenGRPCAddr(addr) // a TCP address unless it names a Unix socket
+		listen := func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+		if flag == "--grpc-addr" {
+			listen = listenGRPCAddr // it may name a Unix socket
+		}
+		ln, err := listen(addr)
 		if err != nil {
 			for _, l := range bound {
 				l.Close()
@@ -124,5 +128,5 @@ func (s *Server) openEnvoyPorts() {
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
-	s.log.Info("ratelimit: serving after the first xDS configuration", "http", httpAddr, "grpc", grpcLn.Addr().String())
+	s.log.Info("ratelimit: serving after the first xDS configuration", "http", httpAddr, "grpc", listenerAddr(grpcLn))
 }
