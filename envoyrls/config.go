@@ -524,9 +524,11 @@ func str(file string, n *yaml.Node, name string) (string, error) {
 	// bits, which its YAML decoder makes a float or an unsigned integer.
 	switch n.ShortTag() {
 	case "!!float":
-		return "", &configError{file, n.Line, fmt.Sprintf("%s must be a string, an integer or true/false, not %s: a number with a fraction, which envoyproxy/ratelimit refuses too (quote it: \"%s\")", name, n.Value, n.Value)}
+		return "", &configError{file, n.Line, fmt.Sprintf("%s must be a string, an integer or true/false, not %s: YAML reads it as a number with a fraction, which envoyproxy/ratelimit refuses too (quote it: \"%s\")", name, n.Value, n.Value)}
 	case "!!int":
-		if _, err := strconv.ParseInt(n.Value, 0, 64); err != nil {
+		// Underscores are dropped wherever they are, as both YAML
+		// decoders drop them (1_000, 1000_).
+		if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err != nil {
 			return "", &configError{file, n.Line, fmt.Sprintf("%s must be a string, an integer of 64 bits or true/false, not %s, which envoyproxy/ratelimit refuses too (quote it: \"%s\")", name, n.Value, n.Value)}
 		}
 	}

@@ -107,7 +107,7 @@ func TestConfigAsThePeerValidates(t *testing.T) {
 			t.Fatalf("value: %s: %v", v, err)
 		}
 	}
-	for _, v := range []string{`"1.5"`, "'1.5'", "15", "0x1F", "true"} {
+	for _, v := range []string{`"1.5"`, "'1.5'", "15", "0x1F", "true", "1_000", "1000_"} {
 		c, err := ParseConfig("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    value: "+v+"\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
 		if err != nil {
 			t.Fatalf("value: %s: %v", v, err)
