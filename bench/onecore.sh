@@ -12,7 +12,8 @@
 #   sluice RL.ACQUIRE acme/api KEY <n>             (a budget node under an enforcing parent)
 #
 # ROUNDS rounds (default 5), the three workloads in turn and their order
-# rotated each round, so that drift in the machine touches each alike.
+# rotated each round, so that drift in the machine touches each alike
+# (a multiple of 3 puts each first equally often).
 # Only one server is busy at a time. Prints every figure, then the
 # medians and the ratios inline/INCR and enforcing/inline.
 #
@@ -60,6 +61,16 @@ SLUICE_GOMAXPROCS=1 start_sluice "$TMP/sluice"
 taskset -a -pc "$SERVER_CPU" "$SLUICE_PID" >/dev/null # every thread of it
 redis-cli -p "$SLUICE_PORT" RL.BUDGET SET acme RATE 1000000000 PER second SHARING enforce >/dev/null
 redis-cli -p "$SLUICE_PORT" RL.BUDGET SET acme/api RATE 1000000 PER second SCOPE user >/dev/null
+
+# redis-benchmark counts error replies as answers: check each command's
+# reply once before the rounds.
+for c in "$REDIS_PORT INCR key:1" "$SLUICE_PORT RL.ACQUIRE key:1 RATE 100 BURST 100" "$SLUICE_PORT RL.ACQUIRE acme/api KEY 1"; do
+  # shellcheck disable=SC2086
+  if reply=$(redis-cli -p $c 2>&1) && [[ $reply == *ERR* || $reply == *WRONG* ]]; then
+    echo "redis-cli -p $c answered an error: $reply" >&2
+    exit 1
+  fi
+done
 
 cpu=$(grep -m1 -E '^(model name|Model|cpu model)' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 echo "machine   $(nproc) CPUs${cpu:+, $cpu}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
