@@ -18,7 +18,8 @@
 # medians and the ratios inline/INCR and enforcing/inline.
 #
 # Environment: ROUNDS; N_UNPIPELINED (default 200000), N_PIPELINED
-# (default 1000000); SERVER_CPU, LOAD_CPU.
+# (default 1000000); SERVER_CPU, LOAD_CPU; SLUICE_BIN, a sluice binary to
+# run instead of building this tree's (to set two builds side by side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -51,7 +52,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/sluice-onecore.XXXXXX")
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 
-go build -o "$TMP/sluice" ./cmd/sluice
+if [ -n "${SLUICE_BIN:-}" ]; then
+  cp "$SLUICE_BIN" "$TMP/sluice"
+else
+  go build -o "$TMP/sluice" ./cmd/sluice
+fi
 free_port REDIS_PORT
 taskset -c "$SERVER_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
   --dir "$TMP" >"$TMP/redis.log" 2>&1 &
