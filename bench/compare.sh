@@ -149,10 +149,6 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # median FIGURES… prints the median.
-median() {
-  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
-    if (NR % 2) printf "%.0f", v[(NR + 1) / 2]; else printf "%.0f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 echo
 echo "medians of $ROUNDS rounds, requests/s (-c $CONNS -r $KEYS)"

@@ -91,3 +91,11 @@ stop_all() {
     rm -rf "$TMP"
   fi
 }
+
+# median FIGURE... prints the median of the figures, rounded to a whole
+# number (of an even count, the mean of the middle two). Scripts whose
+# figures are kept otherwise define their own.
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR % 2) printf "%.0f", v[(NR + 1) / 2]; else printf "%.0f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

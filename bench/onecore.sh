@@ -114,10 +114,6 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-median() {
-  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
-    if (NR % 2) printf "%.0f", v[(NR + 1) / 2]; else printf "%.0f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 echo
 echo "medians of $ROUNDS rounds, requests/s"
 printf '%-6s  %12s  %18s  %22s  %12s  %17s\n' depth "Redis INCR" "RL.ACQUIRE inline" "RL.ACQUIRE enforcing" "inline/INCR" "enforcing/inline"
