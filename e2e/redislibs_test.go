@@ -15,13 +15,16 @@ import (
 )
 
 // closeDur reports whether two durations a GCRA script computed from
-// TIME differ by no more than the time between the two servers' calls.
-func closeDur(a, b time.Duration) bool { return math.Abs(float64(a-b)) <= float64(50*time.Millisecond) }
+// TIME differ by no more than the time between the two servers' calls:
+// up to half a second on a loaded machine (CI saw 70 ms), still a
+// twelfth of the 6 s a token of these limits stands for, so a figure off
+// by a token cannot pass.
+func closeDur(a, b time.Duration) bool { return math.Abs(float64(a-b)) <= float64(500*time.Millisecond) }
 
 // go-redis/redis_rate, unchanged, against one sluice node and one
 // redis-server side by side: its documented Allow, AllowN and AllowAtMost
 // give the same decisions and remaining counts from both, and retry and
-// reset figures within the few ms between the two calls.
+// reset figures within the time between the two calls.
 func TestRedisRateAsOnRedis(t *testing.T) {
 	ctx := context.Background()
 	redisAddr := startRedis(t)
