@@ -19,7 +19,9 @@ import (
 // up to half a second on a loaded machine (CI saw 70 ms), still a
 // twelfth of the 6 s a token of these limits stands for, so a figure off
 // by a token cannot pass.
-func closeDur(a, b time.Duration) bool { return math.Abs(float64(a-b)) <= float64(500*time.Millisecond) }
+func closeDur(a, b time.Duration) bool {
+	return math.Abs(float64(a-b)) <= float64(500*time.Millisecond)
+}
 
 // go-redis/redis_rate, unchanged, against one sluice node and one
 // redis-server side by side: its documented Allow, AllowN and AllowAtMost
