@@ -57,20 +57,27 @@ func statsdSums(t *testing.T, conn net.PacketConn, done func(map[string]uint64) 
 			t.Errorf("a datagram of %d bytes, over %d", n, udpPacket)
 		}
 		for _, line := range strings.Split(strings.TrimSuffix(string(buf[:n]), "\n"), "\n") {
-			name, v, ok := strings.Cut(line, ":")
-			num, kind, _ := strings.Cut(v, "|")
-			x, err := strconv.ParseUint(num, 10, 64)
-			if !ok || err != nil || kind == "" {
-				t.Fatalf("statsd line %q", line)
-			}
-			if kind == "c" {
-				sums[name] += x
-			} else {
-				sums[name+"|"+kind]++
-			}
+			addStatsdLine(t, sums, line)
 		}
 	}
 	return sums
+}
+
+// addStatsdLine adds one statsd line to sums: a counter's value to its
+// name, one to name|kind for a timer or gauge.
+func addStatsdLine(t *testing.T, sums map[string]uint64, line string) {
+	t.Helper()
+	name, v, ok := strings.Cut(line, ":")
+	num, kind, _ := strings.Cut(v, "|")
+	x, err := strconv.ParseUint(num, 10, 64)
+	if !ok || err != nil || kind == "" {
+		t.Fatalf("statsd line %q", line)
+	}
+	if kind == "c" {
+		sums[name] += x
+	} else {
+		sums[name+"|"+kind]++
+	}
 }
 
 // TestStatsdPeerNames: the drop-in's stats reach a statsd server over
@@ -252,15 +259,7 @@ func TestStatsdOverTCP(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case line := <-lines:
-			name, v, _ := strings.Cut(line, ":")
-			num, kind, ok := strings.Cut(v, "|")
-			x, err := strconv.ParseUint(num, 10, 64)
-			if !ok || err != nil {
-				t.Fatalf("statsd line %q", line)
-			}
-			if kind == "c" {
-				got[name] += x
-			}
+			addStatsdLine(t, got, line)
 		case <-deadline:
 			t.Fatalf("statsd over TCP: after 60s got %v", got)
 		}
