@@ -256,7 +256,7 @@ func differential(t *testing.T, sha string, s *libraryScript) {
 	mk := func(interpret bool) side {
 		sd := side{keys: keyspace.New(keyspace.Options{MaxKeys: 1000, MaxBytes: 1 << 20}), eng: script.New()}
 		sd.eng.Interpret = interpret
-		sd.eng.TimeLimit = 100 * time.Millisecond
+		sd.eng.TimeLimit = 2 * time.Second
 		if _, e := sd.eng.Load([]byte(s.body)); e.IsError() {
 			t.Fatalf("load: %s", e.Str)
 		}
