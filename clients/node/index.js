@@ -5,6 +5,7 @@
 
 const headers = require("./headers.js");
 const cooperative = require("./cooperative.js");
+const { Pool, parseNodes, parseAddr } = require("./cluster.js");
 
 const TRANSIENT = ["LOADING", "TRYAGAIN", "CLUSTERDOWN"];
 
@@ -84,6 +85,8 @@ class Breaker {
     this.probing = true;
     return true;
   }
+  /** ms until the breaker lets a call through again (its cooldown while closed): a fail-closed answer's Retry-After. */
+  retryIn() { return this.openUntil == null ? this.cooldown : Math.max(0, this.openUntil - this.clock()); }
   success() { this.count = 0; this.openUntil = null; this.probing = false; }
   failure() {
     this.count++;
@@ -178,32 +181,40 @@ class Client {
       throw new TypeError('failure must be "open", "closed" or {rate, per, burst}');
     this.timeout = timeout;
     this.failure = failure;
-    this.redis = opts.redis || Client.connect(opts);
+    this.pool = Client.pool(opts, timeout);
     this.ownRedis = !opts.redis;
-    const r = this.redis;
-    const ioredis = typeof r.call === "function";
-    const raw = ioredis ? (args) => r.call(...args) : (args) => r.sendCommand(args.map(String));
-    // Connecting (just made, or reconnecting): wait for it within the
-    // deadline instead of failing at once for want of an offline queue.
-    // A connection being made (not one being remade: that one failed)
-    // is waited for within the deadline, or until it fails.
-    const connecting = ioredis ? () => r.status === "connecting" || r.status === "connect"
-      : () => r.isOpen && !r.isReady;
-    this.send = (args) => {
-      if (!connecting()) return raw(args);
-      if (!this.ready) {
-        this.ready = new Promise((ok) => {
-          const done = () => { this.ready = null; for (const e of ["ready", "close", "error"]) r.off(e, done); ok(); };
-          for (const e of ["ready", "close", "error"]) r.on(e, done);
-        });
-      }
-      return this.ready.then(() => raw(args));
-    };
     this.breaker = new Breaker(breakerFailures, breakerCooldown, clock);
     this.denials = new DenialCache(denialCacheSize, clock);
     this.local = typeof failure === "object" ? new LocalBuckets(failure, denialCacheSize, clock) : null;
     this.openDecision = this.local ? null : this.policy("", 0, new CircuitOpen());
     this.openPromise = this.openDecision ? Promise.resolve(this.openDecision) : null;
+  }
+
+  /** The nodes of opts: a client passed in, nodes (a list, or "dns:NAME[:PORT]"), or host and port. */
+  static pool(opts, timeout) {
+    const { redis, nodes, host, port = 6380, discover, refreshInterval = 30000 } = opts;
+    if (nodes != null && redis) throw new TypeError("give redis (a client) or nodes, not both");
+    if (nodes != null && host != null) throw new TypeError("give nodes or host, not both (port is the default port of nodes without one)");
+    if (!(Number.isInteger(refreshInterval) && refreshInterval >= 0))
+      throw new RangeError(`refreshInterval must be whole milliseconds, 0 (never) or more, not ${refreshInterval}`);
+    const common = { discover: !!(discover ?? nodes != null), refreshInterval, isTransient, isDeadline: (e) => e instanceof DeadlineExceeded };
+    if (redis) {
+      if (discover) throw new TypeError("discover needs nodes or host: a client passed as redis is used alone");
+      return new Pool({ ...common, discover: false, redis });
+    }
+    const { seeds, dns } = nodes != null ? parseNodes(nodes, port) : { seeds: [parseAddr({ host: host ?? "127.0.0.1", port }, 6380, "host and port")], dns: null };
+    return new Pool({ ...common, seeds, dnsName: dns, connect: (h, p) => Client.connect({ ...opts, host: h, port: p, timeout }) });
+  }
+
+  /** The client of the first node (a client passed as redis: that one). */
+  get redis() { return this.pool.nodes.length ? this.pool.nodes[0].redis : null; }
+
+  /**
+   * The nodes known now: address, id once learnt, "ready", "connecting" or
+   * "down", whether it was given (seed) or learnt, and whether calls go to it now (current).
+   */
+  get nodes() {
+    return this.pool.nodes.map((n) => ({ addr: n.addr, id: n.id, state: n.state, seed: n.seed, current: n === this.pool.cur }));
   }
 
   /** An ioredis client that fails at once instead of queueing or retrying. */
@@ -232,13 +243,14 @@ class Client {
     return b.probing || b.clock() < b.openUntil ? this.openPromise : null;
   }
 
+  /** One command within the deadline (timeout + wait ms), on the first node that answers. */
   async call(args, wait = 0) {
     const ms = this.timeout + wait;
     let timer;
-    const p = Promise.resolve().then(() => this.send(args));
-    p.catch(() => {});
+    const deadline = new Promise((_, reject) => { timer = setTimeout(() => reject(new DeadlineExceeded(ms)), ms); });
+    deadline.catch(() => {});
     try {
-      return await Promise.race([p, new Promise((_, reject) => { timer = setTimeout(() => reject(new DeadlineExceeded(ms)), ms); })]);
+      return await this.pool.call(args, deadline);
     } finally {
       clearTimeout(timer);
     }
@@ -407,7 +419,7 @@ class Client {
   }
 
   /** Closes the client it made (not one passed in). */
-  async close() { if (this.ownRedis) this.redis.disconnect(); }
+  async close() { this.pool.close(); }
 }
 
 const UNITS = { second: 1, minute: 60, hour: 3600, day: 86400, week: 604800 };

@@ -60,4 +60,54 @@ async function startSluice(t) {
   return { resp, http, cli, commands: () => Number(/total_commands_processed:(\d+)/.exec(cli("INFO", "stats"))[1]) };
 }
 
-module.exports = { pkg, freePort, silentPort, startSluice };
+/**
+ * Three nodes (n1, then n2 and n3 with --join), as docs/cluster.md grows a
+ * cluster; resolves once every node lists all three as voters and knows a
+ * leader. Each node: {id, resp, addr, kill()}.
+ */
+async function startCluster(t, size = 3) {
+  const bin = binary(t);
+  if (!bin) return null;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-node-cluster-"));
+  const nodes = [];
+  const cli = (port, ...args) => execFileSync("redis-cli", ["-p", String(port), ...args.map(String)],
+    { stdio: ["ignore", "pipe", "ignore"], timeout: 5000 }).toString().trim();
+  t.after(async () => {
+    for (const n of nodes) await n.kill();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  for (let i = 1; i <= size; i++) {
+    const [resp, http, raft] = [await freePort(), await freePort(), await freePort()];
+    const args = ["--node-id", `n${i}`, "--resp-addr", `127.0.0.1:${resp}`, "--http-addr", `127.0.0.1:${http}`,
+      "--raft-addr", `127.0.0.1:${raft}`, "--data-dir", path.join(dir, `n${i}`)];
+    if (i > 1) args.push("--join", nodes[0].addr);
+    const proc = spawn(bin, args, { stdio: "ignore" });
+    const exited = new Promise((ok) => proc.once("exit", ok));
+    let alive = true;
+    proc.once("exit", () => { alive = false; });
+    const n = { id: `n${i}`, resp, addr: `127.0.0.1:${resp}`, cli: (...a) => cli(resp, ...a),
+      kill: async () => { if (alive) proc.kill("SIGKILL"); await exited; }, get alive() { return alive; } };
+    nodes.push(n);
+    await until(() => { try { return n.cli("PING") === "PONG"; } catch { return false; } }, 30000, `${n.id} did not start`);
+  }
+  await until(() => nodes.every((n) => {
+    try {
+      const out = n.cli("RL.CLUSTER", "NODES");
+      return (out.match(/^voter$/gm) || []).length === size && /^leader$/m.test(out);
+    } catch { return false; }
+  }), 60000, `the ${size} nodes did not form one cluster with a leader`);
+  return nodes;
+}
+
+/** Polls cond every 20 ms until it is true; fails with why after ms. */
+async function until(cond, ms, why) {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`${why} within ${ms} ms`);
+    await new Promise((ok) => setTimeout(ok, 20));
+  }
+}
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+
+module.exports = { pkg, freePort, silentPort, startSluice, startCluster, until, median, binary };
