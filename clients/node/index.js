@@ -147,6 +147,27 @@ function perArg(per) {
   return `${per}ms`;
 }
 
+const PER_WORDS = { second: 1000, seconds: 1000, sec: 1000, minute: 60000, minutes: 60000, min: 60000, hour: 3600000,
+  hours: 3600000, day: 86400000, days: 86400000, week: 604800000, weeks: 604800000 };
+const DURATION_UNITS = { ns: 1e-6, us: 1e-3, "\u00b5s": 1e-3, ms: 1, s: 1000, m: 60000, h: 3600000, d: 86400000, w: 604800000 };
+/** per (a unit word, a duration such as "1h30m", or whole ms; default a second) in milliseconds. */
+function perMs(per = "second") {
+  if (typeof per === "number") { perArg(per); return per; }
+  const w = PER_WORDS[String(per).toLowerCase()];
+  if (w) return w;
+  let ms = 0;
+  const re = /(\d+)(ns|us|\u00b5s|ms|s|m|h|d|w)/y;
+  let m;
+  while (re.lastIndex < per.length && (m = re.exec(per))) ms += Number(m[1]) * DURATION_UNITS[m[2]];
+  if (!m || re.lastIndex !== per.length || ms <= 0) throw new RangeError(`per must be a unit ("minute"), a duration ("250ms", "1h30m") or whole milliseconds, not ${JSON.stringify(per)}`);
+  return ms;
+}
+const MAX_TOKENS = 1e12;
+function pointsArg(name, n) {
+  if (!(Number.isInteger(n) && n >= 0 && n <= MAX_TOKENS)) throw new RangeError(`${name} must be an integer from 0 to ${MAX_TOKENS}, not ${n}`);
+  return n;
+}
+
 function inlineArgs(cmd, key, o) {
   if (o.rate == null) throw new TypeError("rate is required for an inline limit");
   const args = [cmd, key, "RATE", o.rate];
@@ -343,6 +364,69 @@ class Client {
     };
     return this.decide(["CL.THROTTLE", key, maxBurst, count, period, quantity],
       ["throttle", key, maxBurst, count, period].join("\u0000"), key, quantity, { convert: conv });
+  }
+
+  /**
+   * Charges points to key beyond what its limit admits (rate-limiter-flexible's
+   * penalty): RL.RESERVE key <limit> COST 0, then RL.SETTLE id ACTUAL points,
+   * which sluice never refuses, so the bucket may go into debt and later calls
+   * wait for it. Resolves to the levels afterwards; when the key is already in
+   * debt (refused even at cost 0) nothing more can be charged, and it resolves
+   * to that refusal (allowed false). Rejects with Unavailable when sluice
+   * cannot be asked. Limiter role.
+   */
+  penalty(key, points, o = {}) {
+    pointsArg("points", points);
+    return this.charge(key, null, points, () => tail(inlineArgs("RL.RESERVE", key, o), { cost: 0 }));
+  }
+
+  /** penalty on a budget path (for opts.key): every level RL.ACQUIRE path KEY key charges. */
+  penaltyBudget(path, points, o = {}) {
+    pointsArg("points", points);
+    return this.charge(o.key == null ? path : `${path}#${o.key}`, null, points, () => {
+      const args = ["RL.RESERVE", path];
+      if (o.key != null) args.push("KEY", o.key);
+      return args.concat("COST", 0);
+    });
+  }
+
+  /**
+   * Refuses key for at least ms (less than two tokens' refill longer; one when ms is whole tokens)
+   * (rate-limiter-flexible's block): a penalty of what is left plus ms of
+   * refill at the limit's rate. For the refilling algorithms: token_bucket
+   * (the default), gcra and leaky_bucket. A key already in debt is left as it is.
+   */
+  block(key, ms, o = {}) {
+    if (!(Number.isFinite(ms) && ms >= 1)) throw new RangeError(`ms must be at least 1 (milliseconds to block), not ${ms}`);
+    if (o.rate == null) throw new TypeError("rate is required: block charges ms of refill at the limit's rate");
+    if (o.algo != null && !["token_bucket", "gcra", "leaky_bucket"].includes(o.algo))
+      throw new TypeError(`block works on token_bucket, gcra or leaky_bucket limits, not algo ${JSON.stringify(o.algo)}: a window's count does not refill by time`);
+    const owed = Math.ceil(ms * o.rate / perMs(o.per));
+    if (!(owed <= MAX_TOKENS)) throw new RangeError(`ms ${ms} at rate ${o.rate} per ${o.per ?? "second"} is more than ${MAX_TOKENS} tokens`);
+    return this.charge(key, owed, 0, () => tail(inlineArgs("RL.RESERVE", key, o), { cost: 0 }));
+  }
+
+  /** RL.RESERVE … COST 0 for an id, then RL.SETTLE id ACTUAL points (+ what is left, plus owed, when owed is given). */
+  async charge(key, owed, points, args) {
+    const r = await this.strict(args(), reservation);
+    if (!r.id) { const { id, ...d } = r; return d; }
+    this.denials.forget(key);
+    const actual = owed == null ? points : Math.min(MAX_TOKENS, Math.max(0, r.remaining) + owed);
+    return this.strict(["RL.SETTLE", r.id, "ACTUAL", actual]);
+  }
+
+  /** RL.RESET key: forgets its bucket, leaving it full (rate-limiter-flexible's delete); whether there was one. Admin role. */
+  delete(key) {
+    this.denials.forget(key);
+    return this.strict(["RL.RESET", key], flag);
+  }
+
+  /** RL.RESET path [KEY key]: the call's own bucket, not the aggregates it shares; whether there was one. Admin role. */
+  deleteBudget(path, o = {}) {
+    const args = ["RL.RESET", path];
+    if (o.key != null) args.push("KEY", o.key);
+    this.denials.forget(o.key == null ? path : `${path}#${o.key}`);
+    return this.strict(args, flag);
   }
 
   /**
