@@ -19,14 +19,16 @@ def free_port() -> int:
 
 
 class Sluice:
-    def __init__(self, binary: str, tmp: str):
-        self.resp, self.http, raft = free_port(), free_port(), free_port()
-        self.log = open(os.path.join(tmp, "sluice.log"), "wb")
+    def __init__(self, binary: str, tmp: str, *extra: str, name: str = "sluice", host: str = "127.0.0.1",
+                 resp: int = 0):
+        self.resp, self.http, self.raft = resp or free_port(), free_port(), free_port()
+        self.host, self.addr = host, f"{host}:{self.resp}"
+        self.log = open(os.path.join(tmp, name + ".log"), "wb")
         self.proc = subprocess.Popen(
-            [binary, "--resp-addr", f"127.0.0.1:{self.resp}", "--http-addr", f"127.0.0.1:{self.http}",
-             "--raft-addr", f"127.0.0.1:{raft}", "--data-dir", os.path.join(tmp, "data")],
+            [binary, "--resp-addr", self.addr, "--http-addr", f"127.0.0.1:{self.http}",
+             "--raft-addr", f"{host}:{self.raft}", "--data-dir", os.path.join(tmp, name + "-data"), *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
-        self.redis = redis.Redis(port=self.resp, socket_timeout=5)
+        self.redis = redis.Redis(host=host, port=self.resp, socket_timeout=5)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -36,6 +38,11 @@ class Sluice:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("sluice did not start; see " + self.log.name)
                 time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL: the node is gone at once, its port refuses."""
+        self.proc.kill()
+        self.proc.wait()
 
     def commands(self) -> int:
         """Commands the server has processed, less the INFO that asks."""
@@ -49,6 +56,41 @@ class Sluice:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+class Cluster:
+    """Three nodes on one machine, grown from n1 with --join
+    (docs/cluster.md), once each lists all three as members. hosts: one
+    loopback address per node, all on one RESP port (as the addresses of
+    one DNS name); by default all on 127.0.0.1, each on its own port."""
+
+    def __init__(self, binary: str, tmp: str, hosts=None):
+        hosts = hosts or ["127.0.0.1"] * 3
+        port = free_port() if len(set(hosts)) == 3 else 0
+        self.nodes = []
+        for i, h in enumerate(hosts):
+            join = ["--join", self.nodes[0].addr] if i else []
+            self.nodes.append(Sluice(binary, tmp, "--node-id", f"n{i + 1}", *join, name=f"n{i + 1}", host=h,
+                                     resp=port))
+        deadline = time.monotonic() + 60
+        while not all(self.members(s) == 3 for s in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not form; see " + tmp)
+            time.sleep(0.05)
+
+    @staticmethod
+    def members(s: Sluice) -> int:
+        try:
+            return sum(1 for m in s.redis.execute_command("RL.CLUSTER", "NODES") if m[4] != b"unreachable")
+        except redis.exceptions.RedisError:
+            return 0
+
+    def stop(self) -> None:
+        for s in self.nodes:
+            if s.proc.poll() is None:
+                s.stop()
+            else:
+                s.log.close()
 
 
 def _binary() -> str:
@@ -67,6 +109,23 @@ def server(tmp_path_factory):
     s = Sluice(_binary(), str(tmp_path_factory.mktemp("sluice")))
     yield s
     s.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A fresh three-node cluster for a test that kills a node."""
+    c = Cluster(_binary(), str(tmp_path))
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def dns_cluster(tmp_path):
+    """Three nodes on 127.0.0.1, .2 and .3, one RESP port: what a DNS name
+    with three addresses points at."""
+    c = Cluster(_binary(), str(tmp_path), hosts=["127.0.0.1", "127.0.0.2", "127.0.0.3"])
+    yield c
+    c.stop()
 
 
 @pytest.fixture
