@@ -101,6 +101,8 @@ func New(rdb Doer, settings ...Setting) *Client {
 		s(c)
 	}
 	switch o := rdb.(type) {
+	case interface{ contextTimeouts() bool }:
+		c.ctxTimeouts = o.contextTimeouts()
 	case interface{ Options() *redis.Options }:
 		c.ctxTimeouts = o.Options().ContextTimeoutEnabled
 	case interface{ Options() *redis.ClusterOptions }:
@@ -222,7 +224,8 @@ func Cost(n int64) Option {
 }
 
 // Wait lets the server hold the call up to d (WAIT, d rounded up to whole
-// milliseconds) when it can be admitted within that time.
+// milliseconds) when it can be admitted within that time; the call's
+// deadline (Timeout) is lengthened by d.
 func Wait(d time.Duration) Option {
 	return func(o *callOpts) {
 		if d < 0 {
@@ -355,7 +358,7 @@ func (c *Client) decide(ctx context.Context, cmd, target string, lim *Limit, pee
 	if !ok {
 		return c.fail(key, target, &o, retry, nil)
 	}
-	v, err := c.do(ctx, callArgs(cmd, target, lim, &o))
+	v, err := c.do(ctx, o.held(), callArgs(cmd, target, lim, &o))
 	failed := failure(ctx, err)
 	c.brk.done(c.now(), probe, failed)
 	if failed {
@@ -403,13 +406,22 @@ func unavailable(retry time.Duration, cause error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
-// do sends one command under the client's deadline and breaker-free: the
-// caller records the outcome.
-func (c *Client) do(ctx context.Context, args []any) (any, error) {
+// held is how long the server may hold the call (its Wait).
+func (o *callOpts) held() time.Duration {
+	if !o.hasWait || o.dryRun {
+		return 0
+	}
+	return time.Duration(o.waitMs) * time.Millisecond
+}
+
+// do sends one command under the client's deadline, lengthened by held
+// (how long the server may hold it: WAIT), and breaker-free: the caller
+// records the outcome.
+func (c *Client) do(ctx context.Context, held time.Duration, args []any) (any, error) {
 	if c.timeout <= 0 {
 		return c.rdb.Do(ctx, args...).Result()
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+held)
 	defer cancel()
 	if c.ctxTimeouts {
 		return c.rdb.Do(ctx, args...).Result()
@@ -434,11 +446,16 @@ func (c *Client) do(ctx context.Context, args []any) (any, error) {
 // call sends a command that is not a decision (CL.THROTTLE, RL.BUDGET
 // GET) under the deadline and the breaker; no failure policy applies.
 func (c *Client) call(ctx context.Context, args ...any) (any, error) {
+	return c.callHeld(ctx, 0, args...)
+}
+
+// callHeld is call for a command the server may hold up to held.
+func (c *Client) callHeld(ctx context.Context, held time.Duration, args ...any) (any, error) {
 	ok, probe, retry := c.brk.allow(c.now())
 	if !ok {
 		return nil, unavailable(retry, nil)
 	}
-	v, err := c.do(ctx, args)
+	v, err := c.do(ctx, held, args)
 	failed := failure(ctx, err)
 	c.brk.done(c.now(), probe, failed)
 	if failed {

@@ -68,7 +68,7 @@ func (c *Client) reserve(ctx context.Context, target string, lim *Limit, estimat
 	if o.dryRun {
 		return Reservation{}, errors.New("client: RL.RESERVE takes no DryRun option")
 	}
-	v, err := c.call(ctx, callArgs("RL.RESERVE", target, lim, &o)...)
+	v, err := c.callHeld(ctx, o.held(), callArgs("RL.RESERVE", target, lim, &o)...)
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -109,8 +109,15 @@ func Fallback(rate int64, per time.Duration, burst int64) FailurePolicy {
 func OnFailure(p FailurePolicy) Setting { return func(c *Client) { c.policy = p } }
 
 // Timeout sets the deadline of each call (default DefaultTimeout), applied
-// to its context on top of the caller's own deadline. Zero or less: calls
-// have the caller's deadline only.
+// to its context on top of the caller's own deadline; a call with Wait(d)
+// gets Timeout plus d, since the server may hold it that long. Zero or
+// less: calls have the caller's deadline only.
+//
+// A refused connection should fail at once, not at the deadline: go-redis
+// dials five times 100 ms apart and retries a failed command three times
+// unless told otherwise. NewNodes sets its clients up so; for a go-redis
+// client of your own, give its Options MaxRetries: -1, DialerRetries: 1
+// and DialerRetryTimeout: time.Microsecond.
 //
 // A go-redis client cuts a call at its context's deadline only when its
 // options have ContextTimeoutEnabled; otherwise it waits for its own
