@@ -203,9 +203,9 @@ func NoBudget(path []byte) error {
 // tokens: for the budget form each level's bucket, then its quota counter
 // with the period holding now; for the inline form the call's bucket and
 // quota counter. The parts of c.With follow, each at its own cost.
-func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) error {
+func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64, plan *Plan) error {
 	ch.n, ch.ns = 0, 0
-	if err := t.chargePart(now, c, &sc.keys, ch, cost, 0); err != nil {
+	if err := t.chargePart(now, c, plan, &sc.keys, ch, cost, 0); err != nil {
 		return err
 	}
 	ch.plan = ch.plans[0]
@@ -229,7 +229,7 @@ func (t *Tree) charge(now int64, c *Call, sc *Scratch, ch *charges, cost int64) 
 				pc = plan.Config.Config.Cost
 			}
 		}
-		if err := t.chargePart(now, p, &sc.more[i], ch, pc, uint8(i+1)); err != nil {
+		if err := t.chargePart(now, p, nil, &sc.more[i], ch, pc, uint8(i+1)); err != nil {
 			return err
 		}
 		ch.ends[i+1], ch.costs[i+1] = ch.ns, pc
@@ -263,8 +263,9 @@ func (ch *charges) add(r engine.Request, from uint8, isQuota bool, part uint8) e
 	return nil
 }
 
-// chargePart adds the requests of one part of a call to ch.
-func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64, part uint8) error {
+// chargePart adds the requests of one part of a call to ch: plan is c's,
+// if the caller has resolved it already, else nil.
+func (t *Tree) chargePart(now int64, c *Call, plan *Plan, sc *keys, ch *charges, cost int64, part uint8) error {
 	if c.Inline() {
 		ch.plans[part] = nil
 		if c.Rate != nil {
@@ -281,9 +282,11 @@ func (t *Tree) chargePart(now int64, c *Call, sc *keys, ch *charges, cost int64,
 		}
 		return nil
 	}
-	plan, _, ok := t.Resolve(c.Path)
-	if !ok {
-		return NoBudget(c.Path)
+	if plan == nil {
+		var ok bool
+		if plan, _, ok = t.Resolve(c.Path); !ok {
+			return NoBudget(c.Path)
+		}
 	}
 	ch.plans[part] = plan
 	for i := range plan.Levels {
@@ -416,9 +419,13 @@ func (ch *charges) name(i int, buf *[]byte) []byte {
 func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcome, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
 	cost, wait := int64(1), c.WaitMs
-	var out Outcome
+	var (
+		out  Outcome
+		plan *Plan
+	)
 	if !c.Inline() {
-		plan, _, ok := t.Resolve(c.Path)
+		var ok bool
+		plan, _, ok = t.Resolve(c.Path)
 		if !ok {
 			return Outcome{}, NoBudget(c.Path)
 		}
@@ -435,7 +442,7 @@ func (t *Tree) Acquire(s *engine.Store, now int64, c *Call, sc *Scratch) (Outcom
 	if (len(c.With) > 0 || c.EachPart) && wait > 0 {
 		return Outcome{}, errWaitParts
 	}
-	if err := t.charge(now, c, sc, ch, cost); err != nil {
+	if err := t.charge(now, c, sc, ch, cost, plan); err != nil {
 		return Outcome{}, err
 	}
 	n := ch.n
@@ -640,7 +647,7 @@ func (t *Tree) Charge(s *engine.Store, now int64, c *Call, n int64, sc *Scratch)
 // with COST 0 would.
 func (t *Tree) adjust(s *engine.Store, now int64, c *Call, sc *Scratch, apply func(r *engine.Request, quota bool) engine.Result) (Outcome, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
-	if err := t.charge(now, c, sc, ch, 0); err != nil {
+	if err := t.charge(now, c, sc, ch, 0, nil); err != nil {
 		return Outcome{}, err
 	}
 	for i := 0; i < ch.n; i++ {
@@ -671,7 +678,7 @@ func (t *Tree) adjust(s *engine.Store, now int64, c *Call, sc *Scratch, apply fu
 // of its children too: there is nothing to reset.
 func (t *Tree) Reset(s *engine.Store, c *Call, sc *Scratch) (bool, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
-	if err := t.charge(0, c, sc, ch, 0); err != nil {
+	if err := t.charge(0, c, sc, ch, 0, nil); err != nil {
 		return false, err
 	}
 	for i := 0; i < ch.n; i++ {
@@ -692,7 +699,7 @@ func isAggregate(key []byte) bool {
 // false when none does.
 func (t *Tree) Quota(s *engine.Store, now int64, c *Call, sc *Scratch) (st quota.Status, ok bool, err error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
-	if err = t.charge(now, c, sc, ch, 0); err != nil {
+	if err = t.charge(now, c, sc, ch, 0, nil); err != nil {
 		return st, false, err
 	}
 	k := 0
@@ -739,7 +746,7 @@ type QuotaCounter struct {
 // their period at now (RL.QUOTA SET sets their count).
 func (t *Tree) QuotaCounters(now int64, c *Call, sc *Scratch) ([]QuotaCounter, error) {
 	ch := &sc.ch // kept in the scratch: a fresh one would be zeroed on every call
-	if err := t.charge(now, c, sc, ch, 0); err != nil {
+	if err := t.charge(now, c, sc, ch, 0, nil); err != nil {
 		return nil, err
 	}
 	var out []QuotaCounter

@@ -17,7 +17,7 @@ func levelLeft(t *testing.T, tr *Tree, s *engine.Store, path, subject string) []
 		ch charges
 		sc Scratch
 	)
-	if err := tr.charge(t0, &Call{Path: []byte(path), Subject: []byte(subject)}, &sc, &ch, 0); err != nil {
+	if err := tr.charge(t0, &Call{Path: []byte(path), Subject: []byte(subject)}, &sc, &ch, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]int64, ch.n)
