@@ -1,11 +1,13 @@
 "use strict";
 // sluice for Node: a client that asks sluice within a deadline and decides by
-// a failure policy when it cannot (circuit breaker, denial cache), Express
-// middleware, and a fetch wrapper that paces itself by any API's headers.
+// a failure policy when it cannot (circuit breaker, denial cache), on one
+// node or several (cluster.js), middleware for Express, Fastify and Koa
+// (adapters.js), and a fetch wrapper that paces itself by any API's headers.
 
 const headers = require("./headers.js");
 const cooperative = require("./cooperative.js");
 const { Pool, parseNodes, parseAddr } = require("./cluster.js");
+const adapters = require("./adapters.js");
 
 const TRANSIENT = ["LOADING", "TRYAGAIN", "CLUSTERDOWN"];
 
@@ -506,57 +508,8 @@ class Client {
   async close() { this.pool.close(); }
 }
 
-const UNITS = { second: 1, minute: 60, hour: 3600, day: 86400, week: 604800 };
-function windowOf(limit, window) {
-  if (window != null) return window;
-  if (!limit) return null;
-  const per = limit.per ?? 1000;
-  if (typeof per === "number") return per / 1000;
-  if (UNITS[per]) return UNITS[per];
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(per);
-  return m ? Number(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }[m[2]] : null;
-}
-
-/**
- * Express (or plain http) middleware: one sluice call per request. Options:
- * client, and path (budget; key(req) is the subject, default the client IP)
- * or limit {rate, per, burst, algo} (inline; key(req) default "ip:"+IP);
- * cost (number or function), window (s, for RateLimit-Policy), headers
- * (default true). key may return null: no decision. Refused: 429 with
- * Retry-After; fail_closed: 503; fail_open: no headers. The decision is
- * in req.sluice.
- */
-function express(opts) {
-  const { client, path, limit, cost, headers: withHeaders = true } = opts;
-  if ((path == null) === (limit == null)) throw new TypeError("give either path (budget tree) or limit (inline)");
-  const ip = (req) => req.ip || (req.socket && req.socket.remoteAddress) || "";
-  const key = opts.key || (path != null ? ip : (req) => "ip:" + ip(req));
-  const window = windowOf(limit, opts.window);
-  return function sluiceLimit(req, res, next) {
-    let k;
-    try { k = key(req); } catch (e) { return next(e); }
-    if (k == null) return next();
-    const c = typeof cost === "function" ? cost(req) : cost;
-    const p = path != null ? client.acquireBudget(path, { key: k || undefined, cost: c }) : client.acquire(k, { ...limit, cost: c });
-    p.then((d) => {
-      req.sluice = d;
-      if (d.source === "fail_open") return next();
-      if (d.source === "fail_closed") {
-        res.writeHead(503, { "Content-Type": "application/problem+json" });
-        return res.end(headers.PROBLEM_503);
-      }
-      if (withHeaders) for (const [n, v] of headers.rateHeaders(d, window)) res.setHeader(n, v);
-      if (d.allowed) return next();
-      const ra = headers.retryAfter(d);
-      if (ra != null) res.setHeader("Retry-After", ra);
-      res.statusCode = 429;
-      res.setHeader("Content-Type", "application/problem+json");
-      res.end(headers.problem429(d));
-    }, next);
-  };
-}
-
 module.exports = {
-  Client, SluiceError, NoReservation, Unavailable, CircuitOpen, DeadlineExceeded, isTransient, express,
+  Client, SluiceError, NoReservation, Unavailable, CircuitOpen, DeadlineExceeded, isTransient,
+  express: adapters.express, fastify: adapters.fastify, koa: adapters.koa,
   headers, cooperativeFetch: cooperative.cooperativeFetch, Pacer: cooperative.Pacer, RateLimited: cooperative.RateLimited,
 };

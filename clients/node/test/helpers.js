@@ -45,13 +45,9 @@ async function startSluice(t) {
   const proc = spawn(bin, ["--resp-addr", `127.0.0.1:${resp}`, "--http-addr", `127.0.0.1:${http}`,
     "--raft-addr", `127.0.0.1:${raft}`, "--data-dir", path.join(dir, "data")], { stdio: "ignore" });
   const cli = (...args) => execFileSync("redis-cli", ["-p", String(resp), ...args.map(String)], { stdio: ["ignore", "pipe", "ignore"] }).toString().trim();
-  const deadline = Date.now() + 30000;
-  for (;;) {
-    try { if (cli("PING") === "PONG") break; } catch { /* not yet */ }
-    if (Date.now() > deadline) throw new Error("sluice did not start");
-    await new Promise((ok) => setTimeout(ok, 50));
-  }
   const exited = new Promise((ok) => proc.once("exit", ok));
+  // Ready, not only up: a node answers PING while it loads, and LOADING to RL.ACQUIRE.
+  await until(() => ready(http), 30000, "sluice did not become ready (GET /readyz)");
   t.after(async () => {
     proc.kill();
     await exited;
@@ -88,6 +84,7 @@ async function startCluster(t, size = 3) {
     const n = { id: `n${i}`, resp, addr: `127.0.0.1:${resp}`, cli: (...a) => cli(resp, ...a),
       kill: async () => { if (alive) proc.kill("SIGKILL"); await exited; }, get alive() { return alive; } };
     nodes.push(n);
+    n.http = http;
     await until(() => { try { return n.cli("PING") === "PONG"; } catch { return false; } }, 30000, `${n.id} did not start`);
   }
   await until(() => nodes.every((n) => {
@@ -96,7 +93,13 @@ async function startCluster(t, size = 3) {
       return (out.match(/^voter$/gm) || []).length === size && /^leader$/m.test(out);
     } catch { return false; }
   }), 60000, `the ${size} nodes did not form one cluster with a leader`);
+  await until(async () => (await Promise.all(nodes.map((n) => ready(n.http)))).every(Boolean), 60000, "the nodes did not become ready (GET /readyz)");
   return nodes;
+}
+
+/** Whether GET /readyz on the HTTP port answers 200. */
+async function ready(port) {
+  try { return (await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200; } catch { return false; }
 }
 
 /** Polls cond every 20 ms until it is true; fails with why after ms. */
@@ -111,3 +114,24 @@ async function until(cond, ms, why) {
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
 
 module.exports = { pkg, freePort, silentPort, startSluice, startCluster, until, median, binary };
+
+/**
+ * A web framework for the adapter tests (express, fastify, koa): from beside
+ * the package under test (CI installs them with its tarball), from
+ * SLUICE_NODE_MODULES, or from wherever require finds it (NODE_PATH). Missing,
+ * it fails the test rather than skipping it.
+ */
+function framework(name) {
+  const pkgDir = process.env.SLUICE_NODE_PACKAGE || path.join(__dirname, "..");
+  const paths = [pkgDir];
+  if (process.env.SLUICE_NODE_MODULES) paths.push(path.join(process.env.SLUICE_NODE_MODULES, "node_modules"));
+  for (const p of paths) {
+    try { return require(require.resolve(name, { paths: [p] })); } catch { /* next */ }
+  }
+  try { return require(name); } catch (e) {
+    throw new Error(`${name} is not installed: the adapter tests run the real framework. Install it beside the package ` +
+      `(npm install --prefix <folder> <the packed tarball> ioredis@6 express@5 fastify@5 koa@3) or into ` +
+      `SLUICE_NODE_MODULES (npm install --prefix "$SLUICE_NODE_MODULES" express@5 fastify@5 koa@3)`, { cause: e });
+  }
+}
+module.exports.framework = framework;
