@@ -138,6 +138,8 @@ class Nodes:
 
     def order(self) -> List[Addr]:
         """The nodes to try for one call, in order."""
+        if len(self.addrs) == 1:
+            return self.addrs
         with self._lock:
             now = self.clock()
             cur = self._current
