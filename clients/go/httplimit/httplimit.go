@@ -36,6 +36,12 @@
 //     handler runs with no rate-limit headers and no decision in the
 //     context; with FailOpen(false) the middleware answers 503 (below).
 //
+// Every refusal says when to come back: a 429 and FailClosed's 503 carry
+// Retry-After as the decision says (at least 1 s), and the 503 of
+// FailOpen(false), which has no decision to ask, Retry-After: 1. The one
+// refusal without it is a 429 whose cost can never be admitted
+// (retry_after_ms -1): waiting would not help.
+//
 // The 503 of FailOpen(false) has Content-Type application/problem+json and
 // this body, one line followed by a newline (shown here on two):
 //
@@ -80,8 +86,7 @@
 // # Refusals
 //
 // WriteDenied answers 429 with Content-Type application/problem+json, and
-// Retry-After: ⌈retry_after_ms⌉ in whole seconds, so at least 1 when
-// retry_after_ms > 0 (omitted when retry_after_ms is -1: the request's cost
+// Retry-After: ⌈retry_after_ms⌉ in whole seconds, at least 1 (omitted when retry_after_ms is -1: the request's cost
 // exceeds a level's capacity, so it can never be admitted as it is). The body is an RFC 9457 problem
 // object, Problem, written as one line of JSON followed by a newline, with
 // its members in this order:
@@ -264,6 +269,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if m.failOpen {
 			next.ServeHTTP(w, r)
 		} else {
+			w.Header().Set("Retry-After", "1") // no decision says when: soon
 			writeUnavailable(w)
 		}
 		return
@@ -272,9 +278,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.onError(r, fmt.Errorf("httplimit: sluice unavailable, decided by the client's failure policy (%s): %w", d.Source, d.Err))
 	}
 	if d.Source == client.SourceFailClosed {
-		if v, ok := ratehdr.RetryAfter(d.RetryAfter); ok {
-			w.Header().Set("Retry-After", v)
-		}
+		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
 		writeUnavailable(w)
 		return
 	}
@@ -320,6 +324,14 @@ func (m *middleware) budgetHeaders(r *http.Request, path string, d client.Decisi
 		return true, pol.TotalWindow
 	}
 	return true, 0
+}
+
+// retryAfter is the Retry-After of a refusal that may be retried after d:
+// whole seconds rounded up, at least 1 (a client told 0 would come back
+// at once, and be refused again).
+func retryAfter(d time.Duration) string {
+	v, _ := ratehdr.RetryAfter(max(d, time.Second))
+	return v
 }
 
 // ceilSeconds rounds d up to whole seconds; 0 for d ≤ 0.
@@ -370,7 +382,7 @@ func NewProblem(d client.Decision) Problem {
 		p.Detail = "rate limit exceeded at " + d.LimitedBy + "; the request costs more than the limit's capacity and can never be admitted"
 	} else {
 		p.RetryAfterMs = d.RetryAfter.Milliseconds()
-		p.Detail = "rate limit exceeded at " + d.LimitedBy + "; retry in " + strconv.FormatInt(ceilSeconds(d.RetryAfter), 10) + " s"
+		p.Detail = "rate limit exceeded at " + d.LimitedBy + "; retry in " + strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10) + " s"
 	}
 	return p
 }
@@ -380,8 +392,8 @@ func NewProblem(d client.Decision) Problem {
 // 429 and the Problem body. Rate-limit headers, if wanted, must be set
 // before (SetHeaders).
 func WriteDenied(w http.ResponseWriter, d client.Decision) {
-	if v, ok := ratehdr.RetryAfter(d.RetryAfter); ok {
-		w.Header().Set("Retry-After", v)
+	if d.RetryAfter >= 0 {
+		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
 	}
 	writeProblem(w, http.StatusTooManyRequests, NewProblem(d))
 }
