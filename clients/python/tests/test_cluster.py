@@ -132,32 +132,52 @@ def test_bad_nodes_are_named():
         ["[::1]:7000", "10.0.0.1:6380", "10.0.0.2:7001"]
 
 
-def _median_refused_ms(make, tries: int = 20) -> float:
+def _median_ms(call, tries: int = 20) -> float:
+    """The median time of one refused call by a fresh client (no breaker,
+    no pooled connection), over tries calls."""
     took = []
     for _ in range(tries):
-        c = make()  # a fresh client each time: no breaker, no pooled connection
-        t0 = time.perf_counter()
-        d = c.acquire("k", rate=10)
-        took.append((time.perf_counter() - t0) * 1000)
-        assert (d.allowed, d.source) == (False, "fail_closed")
+        took.append(call())
     return statistics.median(took)
+
+
+def _within_5ms(measure, what: str) -> None:
+    """The median of 20 calls under 5 ms, in one of three rounds: a loaded
+    machine's scheduler can stall a whole round, a slow path stalls all
+    three."""
+    medians = []
+    for _ in range(3):
+        medians.append(measure())
+        if medians[-1] < 5:
+            return
+    raise AssertionError(f"a refused call to {what} took a median of " +
+                         ", ".join(f"{m:.2f}" for m in medians) + " ms in three rounds of 20")
 
 
 def test_refused_port_fails_within_5ms():
     one = [f"127.0.0.1:{free_port()}"]
     three = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+
+    def call(nodes):
+        c = sluice.Client(nodes=nodes, failure="closed")
+        t0 = time.perf_counter()
+        d = c.acquire("k", rate=10)
+        took = (time.perf_counter() - t0) * 1000
+        assert (d.allowed, d.source) == (False, "fail_closed") and d.error is not None
+        return took
+
     for nodes in (one, three):
-        ms = _median_refused_ms(lambda: sluice.Client(nodes=nodes, failure="closed"))
-        assert ms < 5, f"a refused call to {nodes} took {ms:.2f} ms (median of 20)"
+        _within_5ms(lambda: _median_ms(lambda: call(nodes)), str(nodes))
 
 
 def test_asyncio_refused_port_fails_within_5ms():
+    one = [f"127.0.0.1:{free_port()}"]
     three = [f"127.0.0.1:{free_port()}" for _ in range(3)]
 
-    async def main():
+    async def median(nodes):
         took = []
         for _ in range(20):
-            c = sluice.AsyncClient(nodes=three, failure="closed")
+            c = sluice.AsyncClient(nodes=nodes, failure="closed")
             t0 = time.perf_counter()
             d = await c.acquire("k", rate=10)
             took.append((time.perf_counter() - t0) * 1000)
@@ -165,5 +185,5 @@ def test_asyncio_refused_port_fails_within_5ms():
             await c.close()
         return statistics.median(took)
 
-    ms = asyncio.run(main())
-    assert ms < 5, f"a refused call to {three} took {ms:.2f} ms (median of 20)"
+    for nodes in (one, three):
+        _within_5ms(lambda: asyncio.run(median(nodes)), str(nodes))
