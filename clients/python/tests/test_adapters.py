@@ -76,8 +76,17 @@ def aclient(port, **kw):
 # -- Starlette ----------------------------------------------------------
 
 
+async def by_user_async(request):
+    return request.headers.get("x-user")
+
+
+async def skip_async(request):
+    return request.headers.get("x-skip") == "1"
+
+
 def starlette_app(client):
-    limiter = Limiter(client, key=by_user, skip=lambda r: r.headers.get("x-skip") == "1")
+    # Coroutines for key and skip: an ASGI app may look either up without blocking.
+    limiter = Limiter(client, key=by_user_async, skip=skip_async)
 
     @limiter.limit("2/minute")
     async def hello(request: Request):
