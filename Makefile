@@ -133,6 +133,16 @@ image:
 	mkdir -p $$ctx/bin $$ctx/data && ln -s /usr/local/bin/sluice $$ctx/bin/ratelimit && \
 	DOCKER_BUILDKIT=0 docker build -q -f deploy/Dockerfile.scratch -t $(IMAGE) $$ctx
 
+# Every artifact of a release into DIST (default dist/, git-ignored), with
+# no registry: static binaries for linux/amd64, linux/arm64 and
+# darwin/arm64 with their `go version -m` lists, the scratch image as a
+# docker-load tarball tagged as the Helm chart's default image, the chart
+# (helm package), the Python wheel and sdist, the npm tarball, SHA256SUMS.
+# Needs a Docker engine; docs/releasing.md says how a release is published.
+.PHONY: release
+release:
+	DIST=$(or $(DIST),dist) GO=$(GO) bash scripts/release.sh
+
 # The container image (needs a Docker engine and a registry for its Go and
 # distroless base images): docker compose up -d then starts a 3-node
 # cluster from docker-compose.yml.
