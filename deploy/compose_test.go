@@ -1,6 +1,8 @@
 package deploy_test
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -18,9 +20,35 @@ import (
 	"github.com/sluice-rl/sluice/server"
 )
 
+func mustInterpolate(t *testing.T, where, s string, vars map[string]string) string {
+	t.Helper()
+	out, err := interpolate(s, vars)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	return out
+}
+
+func mergeSets(sets ...map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range sets {
+		maps.Copy(out, s)
+	}
+	return out
+}
+
 // composeVars are variables of docker-compose.yml itself: compose
 // interpolates them, sluice never reads them.
 var composeVars = map[string]bool{"SLUICE_PASSWORD": true}
+
+// binaryVars are variables the binary reads that are no setting of a
+// node: SLUICE_REQUIRE_AUTH (cmd/sluice) refuses to start a node without
+// a password.
+var binaryVars = map[string]bool{"SLUICE_REQUIRE_AUTH": true}
+
+// composeTestEnv is the environment compose interpolates the file with in
+// the tests that read a node's settings: a password, as `up` needs.
+var composeTestEnv = map[string]string{"SLUICE_PASSWORD": "a-test-password-of-some-length"}
 
 // compose is the part of docker-compose.yml the tests read.
 type compose struct {
@@ -43,6 +71,8 @@ type composeService struct {
 	Networks        composeNetworks
 	StopGracePeriod string `yaml:"stop_grace_period"`
 	Profiles        []string
+
+	env map[string]string // the container's environment, interpolated (loadComposeWith)
 }
 
 // composeEnv is a service's environment, written as a mapping or as a
@@ -141,15 +171,38 @@ type composeFile struct {
 	nodes []composeNode // sorted by service name
 }
 
-var interpRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?]([^}]*))?\}`)
+var interpRE = regexp.MustCompile(`\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}`)
 
-// interpolate expands ${VAR:-default} as compose does with none of the
-// variables set.
-func interpolate(s string) string {
-	return interpRE.ReplaceAllString(s, "$2")
+// interpolate expands ${VAR}, ${VAR:-default} and $$ as compose does with
+// the variables of vars set; ${VAR:?message} of an unset one is an error,
+// as in compose.
+func interpolate(s string, vars map[string]string) (string, error) {
+	var err error
+	out := interpRE.ReplaceAllStringFunc(s, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
+		g := interpRE.FindStringSubmatch(m)
+		v, set := vars[g[1]]
+		switch {
+		case g[2] == ":-" && v == "" || g[2] == "-" && !set:
+			return g[3]
+		case g[2] == ":?" && v == "" || g[2] == "?" && !set:
+			err = fmt.Errorf("%s is required: %s", g[1], g[3])
+		}
+		return v
+	})
+	return out, err
 }
 
 func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	return loadComposeWith(t, composeTestEnv)
+}
+
+// loadComposeWith reads docker-compose.yml as compose interpolates it with
+// vars: the settings each node's container runs with.
+func loadComposeWith(t *testing.T, vars map[string]string) composeFile {
 	t.Helper()
 	const name = "docker-compose.yml"
 	var cf composeFile
@@ -161,12 +214,13 @@ func loadCompose(t *testing.T) composeFile {
 		}
 		env := maps.Clone(imageEnv) // the container's environment: the image's ENV, then compose's
 		for k, v := range svc.Environment {
-			env[k] = interpolate(v)
+			env[k] = mustInterpolate(t, name+" services."+sname, v, vars)
 		}
 		var args []string
 		for _, a := range svc.Command {
-			args = append(args, interpolate(a))
+			args = append(args, mustInterpolate(t, name+" services."+sname, a, vars))
 		}
+		svc.env = env
 		cf.nodes = append(cf.nodes, composeNode{service: sname, svc: svc, args: args,
 			cfg: loadConfig(t, name+" services."+sname, args, env)})
 	}
@@ -199,7 +253,7 @@ func (c compose) subnetOf(t *testing.T, name string) string {
 func TestCompose(t *testing.T) {
 	src := read(t, "docker-compose.yml")
 	checkFlags(t, "docker-compose.yml comments", hashComments(src), "build", "profile")
-	checkEnvNames(t, "docker-compose.yml", src, composeVars)
+	checkEnvNames(t, "docker-compose.yml", src, mergeSets(composeVars, binaryVars))
 	for v := range composeVars {
 		if _, ok := envSettings()[v]; ok {
 			t.Errorf("%s is both a compose variable and the variable of a setting", v)
@@ -354,10 +408,64 @@ func TestComposeV1Config(t *testing.T) {
 		if profile != "" {
 			args = append(args, "--profile", profile)
 		}
-		cmd := exec.Command(bin, append(args, "config", "-q")...)
-		cmd.Env = append(os.Environ(), "SLUICE_PASSWORD=a-test-password")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("docker-compose %s config (profile %q): %v\n%s", strings.Join(args, " "), profile, err, out)
+		// With the password and without it: only starting a node needs it.
+		for _, pw := range []string{"SLUICE_PASSWORD=a-test-password", ""} {
+			cmd := exec.Command(bin, append(args, "config", "-q")...)
+			cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SLUICE_PASSWORD=") })
+			if pw != "" {
+				cmd.Env = append(cmd.Env, pw)
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("docker-compose %s config (profile %q, %q): %v\n%s", strings.Join(args, " "), profile, pw, err, out)
+			}
+		}
+	}
+}
+
+// Compose needs SLUICE_PASSWORD only to start nodes: the file
+// interpolates with it unset (so ps, config, logs and down run without
+// it), and a node started without it exits at once, in one line naming
+// SLUICE_PASSWORD, instead of running in protected mode, where it would
+// answer no client outside its container. The node is the real binary
+// with the service's command and environment.
+func TestComposeNeedsPasswordOnlyToStart(t *testing.T) {
+	src := read(t, "docker-compose.yml")
+	if strings.Contains(src, "${SLUICE_PASSWORD:?") || strings.Contains(src, "${SLUICE_PASSWORD?") {
+		t.Error("docker-compose.yml: ${SLUICE_PASSWORD:?…} makes every compose command, even ps, refuse to run without it")
+	}
+	cf := loadComposeWith(t, nil)
+	if len(cf.nodes) == 0 {
+		t.Fatal("docker-compose.yml: no sluice services")
+	}
+	bin := sluiceBinary(t)
+	for _, n := range cf.nodes {
+		where := "docker-compose.yml services." + n.service
+		if hint := n.svc.env["SLUICE_REQUIRE_AUTH"]; !strings.Contains(hint, "SLUICE_PASSWORD") {
+			t.Errorf("%s: SLUICE_REQUIRE_AUTH should name SLUICE_PASSWORD as the fix, got %q", where, hint)
+		}
+		if n.cfg.RequirePass != "" {
+			t.Fatalf("%s: a password with SLUICE_PASSWORD unset: %q", where, n.cfg.RequirePass)
+		}
+		// The container's settings with the data directory, and the
+		// addresses, moved to this machine: the refusal comes before any
+		// of them is used, and the test shows that.
+		dir := filepath.Join(t.TempDir(), "data")
+		cmd := exec.Command(bin, append(slices.Clone(n.args), "--data-dir", dir,
+			"--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0")...)
+		cmd.Env = []string{}
+		for k, v := range n.svc.env {
+			if k != "SLUICE_DATA_DIR" && k != "SLUICE_RESP_ADDR" && k != "SLUICE_HTTP_ADDR" {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || len(lines) != 1 || !strings.Contains(lines[0], "SLUICE_PASSWORD") {
+			t.Errorf("%s without SLUICE_PASSWORD: %v, want exit 2 and one line naming SLUICE_PASSWORD:\n%s", where, err, out)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: the refused node created its data directory: %v", where, err)
 		}
 	}
 }

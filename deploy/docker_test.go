@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// TestComposeClusterInDocker builds the scratch image (make image), starts
+// TestComposeClusterInDocker builds the scratch image (make image), checks
+// that a node started without SLUICE_PASSWORD exits naming it, starts
 // docker-compose.yml's three nodes as containers on their bridge network,
 // limits through every node, kills one container, keeps limiting and
 // writing through the other two, and tears everything down. It needs a
@@ -37,13 +39,17 @@ func TestComposeClusterInDocker(t *testing.T) {
 	rand.Read(secret)
 	password := hex.EncodeToString(secret)
 	project := "sluicetest" + hex.EncodeToString(secret[:3])
-	run := func(args ...string) (string, error) {
+	runWith := func(password string, args ...string) (string, error) {
 		all := append(append(compose[1:len(compose):len(compose)], "-f", filepath.Join("..", "docker-compose.yml"), "--project-directory", "..", "-p", project), args...)
 		cmd := exec.Command(compose[0], all...)
-		cmd.Env = append(os.Environ(), "SLUICE_PASSWORD="+password)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SLUICE_PASSWORD=") })
+		if password != "" {
+			cmd.Env = append(cmd.Env, "SLUICE_PASSWORD="+password)
+		}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	run := func(args ...string) (string, error) { return runWith(password, args...) }
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := run("logs", "--no-color", "--tail", "40")
@@ -53,6 +59,14 @@ func TestComposeClusterInDocker(t *testing.T) {
 			t.Errorf("compose down: %v\n%s", err, out)
 		}
 	})
+	// Without SLUICE_PASSWORD compose still runs (ps), and a node started
+	// without it exits at once naming it, in its container.
+	if out, err := runWith("", "ps"); err != nil {
+		t.Fatalf("compose ps without SLUICE_PASSWORD: %v\n%s", err, out)
+	}
+	if out, err := runWith("", "run", "--rm", "--no-deps", "sluice1"); err == nil || !strings.Contains(out, "SLUICE_PASSWORD") {
+		t.Fatalf("a node started without SLUICE_PASSWORD: %v, want a failure naming SLUICE_PASSWORD:\n%s", err, out)
+	}
 	if out, err := run("up", "-d", "--no-build"); err != nil {
 		t.Fatalf("compose up: %v\n%s", err, out)
 	}

@@ -102,6 +102,10 @@ func runNode(args []string, getenv func(string) string, stdout, stderr io.Writer
 	if err := cfg.CheckSecrets(); err != nil {
 		return invalid(stderr, err)
 	}
+	if err := checkRequireAuth(cfg, getenv); err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 2
+	}
 	clock, note, err := testClock(getenv)
 	if err != nil {
 		return invalid(stderr, err)
@@ -159,6 +163,29 @@ wait:
 	node.Close()
 	log.Info("stopped")
 	return 0
+}
+
+// requireAuthEnv, when set, makes a node without a password (no
+// --requirepass, no --acl-file) refuse to start instead of starting in
+// protected mode, where it answers loopback clients only: inside a
+// container that is no client at all. Its value, unless "1" or "true", is
+// the fix to print, naming where the password should come from:
+// docker-compose.yml sets it to "set SLUICE_PASSWORD …", so that compose
+// itself needs the password only to start nodes, never for ps or config.
+const requireAuthEnv = "SLUICE_REQUIRE_AUTH"
+
+// checkRequireAuth refuses a node without a password when requireAuthEnv
+// is set, in one line.
+func checkRequireAuth(cfg server.Config, getenv func(string) string) error {
+	hint := getenv(requireAuthEnv)
+	if hint == "" || cfg.RequirePass != "" || cfg.ACLFile != "" {
+		return nil
+	}
+	msg := "no password (--requirepass, SLUICE_REQUIREPASS, or --acl-file), and " + requireAuthEnv + " says this node needs one"
+	if h := strings.ToLower(hint); h != "1" && h != "true" {
+		msg += ": " + hint
+	}
+	return errors.New(msg)
 }
 
 func newLogger(cfg server.Config, w io.Writer) *slog.Logger {

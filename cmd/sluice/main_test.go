@@ -181,3 +181,43 @@ func TestPlaceholderPasswordsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A node told that it needs a password (SLUICE_REQUIRE_AUTH, as
+// docker-compose.yml's nodes are) and given none refuses to start in one
+// line that names the fix, before it opens a port or its data directory;
+// with a password or an ACL file the check lets it through.
+func TestRequireAuthRefusesNoPassword(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	hint := "set SLUICE_PASSWORD to a long random secret"
+	env := func(k string) string {
+		return map[string]string{"SLUICE_REQUIRE_AUTH": hint, "SLUICE_REQUIREPASS": ""}[k]
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"--data-dir", dir, "--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env, nil, &out, &errb)
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	if code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "sluice: no password") || !strings.HasSuffix(lines[0], ": "+hint) {
+		t.Fatalf("exit %d, want 2 and one line ending %q:\n%s", code, hint, errb.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the refused node created its data directory: %v", err)
+	}
+
+	for _, c := range []struct {
+		cfg    server.Config
+		env    string
+		refuse bool
+	}{
+		{server.Config{}, "", false},
+		{server.Config{}, "1", true},
+		{server.Config{}, "true", true},
+		{server.Config{RequirePass: "a-long-random-secret"}, hint, false},
+		{server.Config{ACLFile: "/etc/sluice/acl"}, hint, false},
+	} {
+		err := checkRequireAuth(c.cfg, func(string) string { return c.env })
+		if (err != nil) != c.refuse {
+			t.Errorf("%+v with %q: refused %v, want %v", c.cfg, c.env, err, c.refuse)
+		} else if err != nil && strings.HasSuffix(err.Error(), ": "+c.env) {
+			t.Errorf("%+v with %q: the switch value is printed as a hint: %v", c.cfg, c.env, err)
+		}
+	}
+}
