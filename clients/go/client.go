@@ -14,6 +14,13 @@
 //		// refused: retry after d.RetryAfter
 //	}
 //
+// A cluster: NewNodes gives the client every node (a list, or a DNS name),
+// learns the members with RL.CLUSTER NODES, and sends a call that a node
+// cannot answer to the next within the call's deadline:
+//
+//	nodes, err := client.NewNodes(client.NodesConfig{Addrs: []string{"10.0.0.11:6380", "10.0.0.12:6380", "10.0.0.13:6380"}})
+//	sl := client.New(nodes, client.OnFailure(client.FailOpen))
+//
 // Policy reads what the budget tree says about a path (its effective
 // limit, response_headers) for gateways that describe limits to their
 // callers; package httplimit builds net/http middleware on this client.

@@ -103,6 +103,8 @@ type Nodes struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
+	bg      context.Context // cancelled by Close: topology reads stop
+	cancel  context.CancelFunc
 	lastRef atomic.Int64 // UnixNano of the last topology read
 }
 
@@ -127,6 +129,7 @@ func NewNodes(cfg NodesConfig) (*Nodes, error) {
 		cfg.LookupHost = net.DefaultResolver.LookupHost
 	}
 	n := &Nodes{cfg: cfg, now: time.Now, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	n.bg, n.cancel = context.WithCancel(context.Background())
 	if cfg.Options != nil {
 		n.tmpl = *cfg.Options
 	}
@@ -134,10 +137,11 @@ func NewNodes(cfg NodesConfig) (*Nodes, error) {
 	n.tmpl.MaxRetries = -1
 	n.tmpl.DialerRetries = 1
 	n.tmpl.DialerRetryTimeout = time.Microsecond
-	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
+	ctx, cancel := context.WithTimeout(n.bg, topologyTimeout)
 	addrs, err := n.resolve(ctx)
 	cancel()
 	if len(addrs) == 0 {
+		n.cancel()
 		return nil, fmt.Errorf("client: NewNodes: no address: %w", err)
 	}
 	n.set(addrs)
@@ -171,6 +175,7 @@ func (n *Nodes) Close() error {
 	nodes := n.nodes
 	n.nodes = nil
 	n.mu.Unlock()
+	n.cancel()
 	close(n.stop)
 	<-n.stopped
 	var errs []error
@@ -189,9 +194,7 @@ func (n *Nodes) Do(ctx context.Context, args ...any) *redis.Cmd {
 		cmd = nc.rdb.Do(ctx, args...)
 		next, down := nodeFailed(ctx, cmd.Err())
 		if !next {
-			if cmd.Err() == nil || !down {
-				nc.up()
-			}
+			nc.up() // it answered
 			return cmd
 		}
 		if down {
@@ -417,7 +420,7 @@ type member struct{ id, addr, role string }
 // the resolved Addrs.
 func (n *Nodes) refresh() {
 	n.lastRef.Store(time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
+	ctx, cancel := context.WithTimeout(n.bg, topologyTimeout)
 	seeds, _ := n.resolve(ctx)
 	cancel()
 	if !n.cfg.Static {
@@ -452,7 +455,7 @@ func (n *Nodes) members(seeds []string) ([]member, bool) {
 	tried := map[string]bool{}
 	for _, nc := range n.order("") {
 		tried[nc.addr] = true
-		if ms, ok := askMembers(nc.rdb); ok {
+		if ms, ok := askMembers(n.bg, nc.rdb); ok {
 			return ms, true
 		}
 	}
@@ -463,7 +466,7 @@ func (n *Nodes) members(seeds []string) ([]member, bool) {
 		o := n.tmpl
 		o.Addr = a
 		rdb := redis.NewClient(&o)
-		ms, ok := askMembers(rdb)
+		ms, ok := askMembers(n.bg, rdb)
 		rdb.Close()
 		if ok {
 			return ms, true
@@ -472,8 +475,8 @@ func (n *Nodes) members(seeds []string) ([]member, bool) {
 	return nil, false
 }
 
-func askMembers(rdb *redis.Client) ([]member, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
+func askMembers(bg context.Context, rdb *redis.Client) ([]member, bool) {
+	ctx, cancel := context.WithTimeout(bg, topologyTimeout)
 	defer cancel()
 	v, err := rdb.Do(ctx, "RL.CLUSTER", "NODES").Result()
 	if err != nil {

@@ -47,6 +47,15 @@
 // *LimitedError at once without sending it. MaxWait 0 never waits: fail
 // fast. A response is returned as it came, 429s included: the Transport
 // does not resend requests.
+//
+// # Sharing one budget across processes
+//
+// A Transport knows only the answers its own process got. Processes that
+// call one upstream share its limit; Shared makes them share one sluice
+// budget for it too: each request reserves its cost (RL.RESERVE … WAIT)
+// before it is sent, sluice paces the requests of every process on its own
+// clock, and the reservation is settled after the response, the upstream's
+// Retry-After folded in. See Shared.
 package cooperate
 
 import (
