@@ -132,6 +132,30 @@ func startProgram(t *testing.T, bin string, via, env []string, args ...string) *
 	return p
 }
 
+// caughtUp is the line a node logs once it decides limits: its log
+// replayed, a leader known (a lone node has elected itself).
+const caughtUp = `msg="caught up with the cluster: deciding limits"`
+
+// ready waits until the node decides limits. Until then it answers LOADING
+// (or TRYAGAIN), which a test of answers would misread; on a loaded
+// machine a lone node's first election alone has taken seconds.
+func (p *proc) ready() *proc {
+	p.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(p.Log(), caughtUp) {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			p.t.Fatalf("sluice exited before it was ready: %v\n%s", err, p.Log())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("sluice was not ready within 60 s\n%s", p.Log())
+		}
+	}
+	return p
+}
+
 // Log returns what the process has logged so far.
 func (p *proc) Log() string {
 	p.mu.Lock()
@@ -175,10 +199,11 @@ func port(addr string) string {
 	return p
 }
 
-// single starts a one-node server on OS-chosen loopback ports.
+// single starts a one-node server on OS-chosen loopback ports and waits
+// until it decides limits.
 func single(t *testing.T, args ...string) *proc {
 	return start(t, append([]string{"--resp-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, args...)...)
+		"--raft-addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, args...)...).ready()
 }
 
 // freePort returns a loopback port that was free a moment ago, for nodes

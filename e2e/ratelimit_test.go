@@ -49,7 +49,7 @@ func startRatelimit(t *testing.T, via []string, env ...string) (*proc, *rls) {
 	if via == nil {
 		args = append([]string{"ratelimit"}, args...)
 	}
-	p := startWith(t, via, append(base, env...), args...)
+	p := startWith(t, via, append(base, env...), args...).ready()
 	if p.GRPC == "" {
 		t.Fatal("no gRPC address logged")
 	}
