@@ -18,26 +18,57 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The binary could not bind a port picked for it."""
+
+
 class Sluice:
     def __init__(self, binary: str, tmp: str, *extra: str, name: str = "sluice", host: str = "127.0.0.1",
                  resp: int = 0):
+        # A port free_port() saw free may be taken before the binary binds
+        # it (other tests run beside these): then start again on others.
+        for attempt in range(3):
+            try:
+                self._start(binary, tmp, extra, name, host, resp, attempt)
+                return
+            except PortTaken:
+                if attempt == 2 or resp:
+                    raise
+
+    def _start(self, binary, tmp, extra, name, host, resp, attempt) -> None:
         self.resp, self.http, self.raft = resp or free_port(), free_port(), free_port()
         self.host, self.addr = host, f"{host}:{self.resp}"
-        self.log = open(os.path.join(tmp, name + ".log"), "wb")
+        self.log = open(os.path.join(tmp, f"{name}.log" if not attempt else f"{name}.{attempt}.log"), "wb")
         self.proc = subprocess.Popen(
             [binary, "--resp-addr", self.addr, "--http-addr", f"127.0.0.1:{self.http}",
-             "--raft-addr", f"{host}:{self.raft}", "--data-dir", os.path.join(tmp, name + "-data"), *extra],
+             "--raft-addr", f"{host}:{self.raft}", "--data-dir", os.path.join(tmp, f"{name}-data{attempt or ''}"),
+             *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.redis = redis.Redis(host=host, port=self.resp, socket_timeout=5)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if self.redis.ping():
                     break
-            except redis.exceptions.ConnectionError:
+            # Refused before it listens; LOADING, or no answer yet, while a
+            # joining node waits for the cluster (a loaded machine has
+            # held a PING past 5 s).
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("sluice did not start; see " + self.log.name)
+                    self._failed()
                 time.sleep(0.05)
+        if int(self.redis.info("server").get("process_id", -1)) != self.proc.pid:
+            self._failed()  # another server answered on the port ours could not bind
+
+    def _failed(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        with open(self.log.name, "rb") as f:
+            if b"address already in use" in f.read():
+                raise PortTaken(self.log.name)
+        raise RuntimeError("sluice did not start; see " + self.log.name)
 
     def kill(self) -> None:
         """SIGKILL: the node is gone at once, its port refuses."""
@@ -66,12 +97,21 @@ class Cluster:
 
     def __init__(self, binary: str, tmp: str, hosts=None):
         hosts = hosts or ["127.0.0.1"] * 3
-        port = free_port() if len(set(hosts)) == 3 else 0
-        self.nodes = []
-        for i, h in enumerate(hosts):
-            join = ["--join", self.nodes[0].addr] if i else []
-            self.nodes.append(Sluice(binary, tmp, "--node-id", f"n{i + 1}", *join, name=f"n{i + 1}", host=h,
-                                     resp=port))
+        for attempt in range(3):
+            # One RESP port for all (the DNS case) is picked again, with
+            # fresh data directories, when a node finds it taken.
+            port = free_port() if len(set(hosts)) == 3 else 0
+            self.nodes = []
+            try:
+                for i, h in enumerate(hosts):
+                    join = ["--join", self.nodes[0].addr] if i else []
+                    self.nodes.append(Sluice(binary, tmp, "--node-id", f"n{i + 1}", *join,
+                                             name=f"n{i + 1}" + (f".{attempt}" if attempt else ""), host=h, resp=port))
+                break
+            except PortTaken:
+                self.stop()
+                if attempt == 2:
+                    raise
         deadline = time.monotonic() + 60
         while not all(self.members(s) == 3 for s in self.nodes):
             if time.monotonic() > deadline:

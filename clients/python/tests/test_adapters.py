@@ -70,7 +70,7 @@ def assert_unavailable(r):
 
 
 def aclient(port, **kw):
-    return sluice.AsyncClient(port=port, timeout=kw.pop("timeout", 2.0), **kw)
+    return sluice.AsyncClient(port=port, timeout=kw.pop("timeout", 10.0), **kw)  # a loaded machine is slow, not down
 
 
 # -- Starlette ----------------------------------------------------------
@@ -152,6 +152,12 @@ def test_starlette_failure_policy(dead_port):
     with TestClient(starlette_app(aclient(dead_port, failure="open", timeout=0.05))) as t:
         r = t.get("/hello", headers={"x-user": user()})
         assert r.status_code == 200 and r.text == "hello" and "RateLimit" not in r.headers
+    # A local fallback limit refuses like the server: 429 with Retry-After.
+    with TestClient(starlette_app(aclient(dead_port, failure=sluice.Fallback(rate=1, per=60), timeout=0.05))) as t:
+        u = user()
+        got = [t.get("/hello", headers={"x-user": u}) for _ in range(2)]
+        assert [r.status_code for r in got] == [200, 429]
+        assert got[0].headers["X-RateLimit-Limit"] == "1" and 1 <= int(got[1].headers["Retry-After"]) <= 60
 
 
 def test_starlette_needs_an_async_client(server):
@@ -275,7 +281,7 @@ def flask_app(client, **kw):
 
 
 def test_flask_extension(server):
-    app = flask_app(sluice.Client(port=server.resp, timeout=2.0), default_limit="4/hour")
+    app = flask_app(sluice.Client(port=server.resp, timeout=10.0), default_limit="4/hour")
     t = app.test_client()
     u = user()
     refused = assert_limited([t.get("/hello", headers={"x-user": u}) for _ in range(3)], 2, 60)
@@ -304,6 +310,9 @@ def test_flask_failure_policy_and_config(dead_port):
     t = flask_app(sluice.Client(port=dead_port, failure="open")).test_client()
     r = t.get("/hello", headers={"x-user": user()})
     assert r.status_code == 200 and "RateLimit" not in r.headers
+    t = flask_app(sluice.Client(port=dead_port, failure=sluice.Fallback(rate=1, per=60))).test_client()
+    got = [t.get("/hello", headers={"x-user": "fb"}) for _ in range(2)]
+    assert [r.status_code for r in got] == [200, 429] and 1 <= int(got[1].headers["Retry-After"]) <= 60
     # Built from the app's config.
     app = flask.Flask(__name__)
     app.config.update(SLUICE_NODES=[f"127.0.0.1:{dead_port}"], SLUICE_FAILURE="closed",
@@ -331,7 +340,7 @@ def test_wsgi_middleware_strings_skip_and_503(server, dead_port):
         return [b"hi"]
 
     k = user()
-    app = WSGIMiddleware(hello, sluice.Client(port=server.resp, timeout=2.0), limit="1/minute",
+    app = WSGIMiddleware(hello, sluice.Client(port=server.resp, timeout=10.0), limit="1/minute",
                          key=lambda env: k, skip=lambda env: env.get("PATH_INFO") == "/health")
     got = []
 

@@ -40,7 +40,7 @@ def preferred(c, cluster):
 
 def test_one_of_three_killed_keeps_deciding(cluster):
     # failure="closed": a policy answer would be a refusal, and show.
-    c = sluice.Client(nodes=[s.addr for s in cluster.nodes], timeout=1.0, failure="closed")
+    c = sluice.Client(nodes=[s.addr for s in cluster.nodes], timeout=5.0, failure="closed")
     assert set(decide(c)) == {"server"}
     victim = preferred(c, cluster)
     victim.kill()
@@ -58,7 +58,7 @@ def test_one_of_three_killed_keeps_deciding(cluster):
 
 def test_asyncio_one_of_three_killed_keeps_deciding(cluster):
     async def main():
-        async with sluice.AsyncClient(nodes=",".join(s.addr for s in cluster.nodes), timeout=1.0,
+        async with sluice.AsyncClient(nodes=",".join(s.addr for s in cluster.nodes), timeout=5.0,
                                       failure="closed") as c:
             for _ in range(10):
                 assert (await c.acquire(uniq("aha"), rate=100)).source == "server"
@@ -77,7 +77,7 @@ def test_asyncio_one_of_three_killed_keeps_deciding(cluster):
 
 def test_learns_the_members_from_one_node(cluster):
     seed = cluster.nodes[1]
-    c = sluice.Client(nodes=[seed.addr], timeout=1.0, failure="closed")
+    c = sluice.Client(nodes=[seed.addr], timeout=5.0, failure="closed")
     assert c.node_addrs == [seed.addr]
     assert c.acquire(uniq("learn"), rate=10).source == "server"  # the first answer starts the refresh
     want = sorted(s.addr for s in cluster.nodes)
@@ -90,7 +90,7 @@ def test_learns_the_members_from_one_node(cluster):
 
 def test_asyncio_learns_the_members(cluster):
     async def main():
-        c = sluice.AsyncClient(nodes=cluster.nodes[0].addr, timeout=1.0)
+        c = sluice.AsyncClient(nodes=cluster.nodes[0].addr, timeout=5.0)
         got = await c.refresh_nodes()
         assert got[0] == cluster.nodes[0].addr  # the seed first, then the members it told
         assert sorted(got) == sorted(s.addr for s in cluster.nodes)
@@ -100,7 +100,7 @@ def test_asyncio_learns_the_members(cluster):
 
 
 def test_single_node_does_not_discover(server):
-    c = sluice.Client(port=server.resp, timeout=1.0)
+    c = sluice.Client(port=server.resp, timeout=5.0)
     assert not c.nodes.discover and c.node_addrs == [f"127.0.0.1:{server.resp}"]
 
 
@@ -112,7 +112,7 @@ def test_dns_name_with_three_addresses(dns_cluster):
         asked.append((host, p))
         return ["127.0.0.1", "127.0.0.2", "127.0.0.3"] if host == "sluice.test" else []
 
-    c = sluice.Client(host="sluice.test", port=port, timeout=1.0, failure="closed", resolver=resolver)
+    c = sluice.Client(host="sluice.test", port=port, timeout=5.0, failure="closed", resolver=resolver)
     assert asked[0] == ("sluice.test", port) and c.nodes.discover
     assert sorted(c.node_addrs) == [f"127.0.0.{i}:{port}" for i in (1, 2, 3)]
     assert set(decide(c, 10)) == {"server"}
