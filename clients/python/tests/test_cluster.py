@@ -112,6 +112,10 @@ def test_dns_name_with_three_addresses(dns_cluster):
         asked.append((host, p))
         return ["127.0.0.1", "127.0.0.2", "127.0.0.3"] if host == "sluice.test" else []
 
+    # One address: the name stays a name (resolved at each connect, so a
+    # moved server is found), one node, nothing to discover.
+    one = sluice.Client(host="one.test", port=port, resolver=lambda h, p: ["127.0.0.1"])
+    assert one.node_addrs == [f"one.test:{port}"] and not one.nodes.discover
     c = sluice.Client(host="sluice.test", port=port, timeout=5.0, failure="closed", resolver=resolver)
     assert asked[0] == ("sluice.test", port) and c.nodes.discover
     assert sorted(c.node_addrs) == [f"127.0.0.{i}:{port}" for i in (1, 2, 3)]

@@ -70,9 +70,10 @@ def fmt(a: Addr) -> str:
 
 
 def expand(seeds: Sequence[Addr], resolver: Optional[Resolver]) -> List[Addr]:
-    """Each seed whose host is a name, as one node per address it resolves
-    to; a name that does not resolve (yet) stays a name, which the
-    connection resolves when it dials. resolver None: no expansion."""
+    """Each seed whose host is a name resolving to several addresses, as
+    one node per address; a name with one address (or none yet) stays a
+    name, which the connection resolves again whenever it dials, so a
+    moved server is found. resolver None: no expansion."""
     out: List[Addr] = []
     for host, port in seeds:
         addrs = [host]
@@ -80,6 +81,8 @@ def expand(seeds: Sequence[Addr], resolver: Optional[Resolver]) -> List[Addr]:
             try:
                 addrs = resolver(host, port) or [host]
             except (OSError, UnicodeError):
+                addrs = [host]
+            if len(addrs) < 2:
                 addrs = [host]
         for h in addrs:
             if (h, port) not in out:
