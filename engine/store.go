@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -144,14 +145,25 @@ const (
 )
 
 type entry struct {
-	koff  uint32 // chunk<<16 | offset in the key arena
 	klen  uint16
 	tag   uint8
 	space Space
 	lim   uint32 // index into shard.limits
 	hlo   uint32 // low hash bits: home slot, and rehash without the key
-	st    state
+	// kb holds a key of at most inlineKey bytes itself; a longer key
+	// lies in the shard's arena and kb's first four bytes say where
+	// (chunk<<16 | offset). A short key costs no second cache miss.
+	kb [inlineKey]byte
+	st state
 }
+
+// inlineKey is the longest key an entry holds itself: what makes the
+// entry one 64-byte cache line (TestEntryIsOneCacheLine).
+const inlineKey = 28
+
+func (e *entry) koff() uint32 { return binary.LittleEndian.Uint32(e.kb[:4]) }
+
+func (e *entry) setKoff(o uint32) { binary.LittleEndian.PutUint32(e.kb[:4], o) }
 
 type page [pageSize]entry
 
@@ -173,6 +185,7 @@ type shard struct {
 	limits  []limitSlot
 	limIx   map[Limit]uint32
 	limFree []uint32
+	lastLim uint32 // the index internLimit last returned
 	sweep   int
 	// pending is the consumption of each entry since the last Drain, kept
 	// only while the store syncs with peers. A map that is cleared keeps
@@ -222,8 +235,12 @@ func (sh *shard) init() {
 func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
 
 func (sh *shard) key(e *entry) []byte {
-	c := sh.chunks[e.koff>>chunkBits]
-	o := e.koff & (chunkSize - 1)
+	if e.klen <= inlineKey {
+		return e.kb[:e.klen]
+	}
+	koff := e.koff()
+	c := sh.chunks[koff>>chunkBits]
+	o := koff & (chunkSize - 1)
 	return c[o : o+uint32(e.klen)]
 }
 
@@ -273,7 +290,13 @@ func (sh *shard) insert(h hashed, key []byte, lim uint32, st state) uint32 {
 			sh.pages = append(sh.pages, new(page))
 		}
 	}
-	*sh.entry(i) = entry{koff: sh.addKey(key), klen: uint16(len(key)), tag: h.tag, space: h.space, lim: lim, hlo: h.hlo, st: st}
+	e := sh.entry(i)
+	*e = entry{klen: uint16(len(key)), tag: h.tag, space: h.space, lim: lim, hlo: h.hlo, st: st}
+	if len(key) <= inlineKey {
+		copy(e.kb[:], key)
+	} else {
+		e.setKoff(sh.addKey(key))
+	}
 	sh.count++
 	if h.space == SpaceQuota {
 		sh.quotas.Add(1)
@@ -341,8 +364,10 @@ func (sh *shard) unlink(pos uint32) {
 	if e.space == SpaceQuota {
 		sh.quotas.Add(-1)
 	}
-	sh.live -= int(e.klen)
-	sh.dead += int(e.klen)
+	if e.klen > inlineKey {
+		sh.live -= int(e.klen)
+		sh.dead += int(e.klen)
+	}
 	*e = entry{st: state{a: int64(sh.free)}}
 	sh.free = i + 1
 	sh.count--
@@ -376,9 +401,13 @@ func (sh *shard) compactKeys() {
 			continue
 		}
 		e := sh.entry(v&0xffffff - 1)
-		c := old[e.koff>>chunkBits]
-		o := e.koff & (chunkSize - 1)
-		e.koff = sh.addKey(c[o : o+uint32(e.klen)])
+		if e.klen <= inlineKey {
+			continue
+		}
+		koff := e.koff()
+		c := old[koff>>chunkBits]
+		o := koff & (chunkSize - 1)
+		e.setKoff(sh.addKey(c[o : o+uint32(e.klen)]))
 	}
 }
 
@@ -422,7 +451,14 @@ func (sh *shard) setLimit(e *entry, l *Limit) {
 
 // internLimit returns the shard-local index of l, taking a reference.
 func (sh *shard) internLimit(l *Limit) uint32 {
+	// Most buckets of a shard share a few limits: the last one interned
+	// is checked before the map, whose hash of a Limit costs more.
+	if i := sh.lastLim; int(i) < len(sh.limits) && sh.limits[i].refs > 0 && sh.limits[i].lim == *l {
+		sh.limits[i].refs++
+		return i
+	}
 	if i, ok := sh.limIx[*l]; ok {
+		sh.lastLim = i
 		sh.limits[i].refs++
 		return i
 	}
@@ -436,6 +472,7 @@ func (sh *shard) internLimit(l *Limit) uint32 {
 		sh.limits = append(sh.limits, limitSlot{lim: *l, refs: 1})
 	}
 	sh.limIx[*l] = i
+	sh.lastLim = i
 	return i
 }
 

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestCellMatchesRedisCell(t *testing.T) {
@@ -526,5 +528,66 @@ func TestQuotaNeverOveradmitsWhileCountsAreSettled(t *testing.T) {
 	<-done
 	if a, c := admitted.Load(), src.n.Load(); a > 1000 || a != c || a < 900 {
 		t.Fatalf("admitted %d of a quota of 1000, committed %d", a, c)
+	}
+}
+
+// TestEntryIsOneCacheLine keeps a bucket's entry, with a short key inside
+// it, to one 64-byte cache line: a lookup pays one miss for the entry and
+// none for the key's bytes. Pages of entries are 16 KiB allocations, so
+// every entry starts on a line.
+func TestEntryIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 64 {
+		t.Fatalf("an entry takes %d bytes, not 64", n)
+	}
+	if n := unsafe.Sizeof(page{}); n%4096 != 0 {
+		t.Fatalf("a page of entries takes %d bytes, not a multiple of 4096", n)
+	}
+}
+
+// TestKeysInsideAndOutsideTheEntry stores keys on both sides of
+// inlineKey, forgets some, compacts the arena and finds each kept key
+// with its own state again.
+func TestKeysInsideAndOutsideTheEntry(t *testing.T) {
+	s := New(Options{Shards: 1})
+	slow := mustLimit(t, TokenBucket, 10, time.Hour, 10)
+	fast := mustLimit(t, TokenBucket, 10, time.Millisecond, 10)
+	keys := []string{"", "a", strings.Repeat("k", inlineKey-1), strings.Repeat("k", inlineKey), strings.Repeat("k", inlineKey+1), strings.Repeat("x", 300)}
+	for i := 0; i < 3000; i++ {
+		keys = append(keys, fmt.Sprintf("%0*d", 20+i%20, i))
+	}
+	lim := func(i int) *Limit {
+		if i%2 == 1 {
+			return fast
+		}
+		return slow
+	}
+	for i, k := range keys {
+		if r := s.Acquire(t0, Request{Key: []byte(k), Limit: lim(i), Cost: int64(1 + i%5)}, 0, false); !r.Allowed {
+			t.Fatalf("%q refused", k)
+		}
+	}
+	// A second on, every odd key's bucket is full again and swept; the
+	// arena's long keys among them are compacted away.
+	at := t0 + int64(time.Second)
+	if n := s.Sweep(at, 1<<20); n != len(keys)/2 {
+		t.Fatalf("swept %d buckets, want %d", n, len(keys)/2)
+	}
+	s.shards[0].compactKeys()
+	for i, k := range keys {
+		r := s.Acquire(at, Request{Key: []byte(k), Limit: lim(i), Cost: 0}, 0, true)
+		want := int64(10)
+		if i%2 == 0 {
+			want -= int64(1 + i%5)
+		}
+		if r.Remaining != want {
+			t.Fatalf("%q (%d bytes): remaining %d, want %d", k, len(k), r.Remaining, want)
+		}
+	}
+	seen := map[string]bool{}
+	s.Scan(0, 1<<20, func(_ Space, key []byte, _ Algo) { seen[string(key)] = true })
+	for i, k := range keys {
+		if seen[k] != (i%2 == 0) {
+			t.Fatalf("%q: listed %v", k, seen[k])
+		}
 	}
 }
