@@ -107,6 +107,30 @@ func TestGoClientKeepsDecidingWithANodeKilled(t *testing.T) {
 	defer fresh.Close()
 	check(sl.New(fresh, settings...), "a fresh client, one killed")
 	t.Logf("%d calls decided by the nodes (%d of them refusals), none by the failure policy", calls, refused)
+
+	// Given only the killed node, whose port now refuses, each call is
+	// decided by the failure policy at once (the median of 20 under 5 ms;
+	// no breaker, so every call dials), not at the 2 s deadline.
+	dead, err := sl.NewNodes(sl.NodesConfig{Addrs: []string{victim.resp}, Static: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	dc := sl.New(dead, sl.OnFailure(sl.FailClosed), sl.Timeout(2*time.Second), sl.BreakerFailures(0))
+	var took []time.Duration
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		d, err := dc.AcquireInline(ctx, "k", sl.Limit{Rate: 10})
+		took = append(took, time.Since(start))
+		if err != nil || d.Source != sl.SourceFailClosed {
+			t.Fatalf("the killed node, call %d: %+v %v", i, d, err)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("a refused port: median %v, slowest %v of 20 calls", took[10], took[19])
+	if took[10] >= 5*time.Millisecond {
+		t.Fatalf("a refused port: median %v of %v, want under 5 ms", took[10], took)
+	}
 	if refused > calls/10 {
 		t.Fatalf("%d of %d calls refused under a limit of 100000/s", refused, calls)
 	}
