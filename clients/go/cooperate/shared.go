@@ -72,8 +72,9 @@ type Shared struct {
 	// Cost is the tokens a request takes; nil means 1.
 	Cost func(*http.Request) int64
 	// MaxWait is how long sluice may hold a request before it is sent
-	// (the request context's deadline shortens it); 0 never holds: a
-	// request that cannot go at once fails with *LimitedError.
+	// (at most half the time left before the request context's deadline,
+	// the rest being the request's); 0 never holds: a request that
+	// cannot go at once fails with *LimitedError.
 	MaxWait time.Duration
 	// TTL is how long a reservation lives unsettled (0: the server's
 	// default, 60 s): after it the server settles it at the cost.
@@ -133,7 +134,8 @@ func (s *Shared) RoundTrip(req *http.Request) (*http.Response, error) {
 	var opts []client.Option
 	wait := s.MaxWait
 	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl)) // a deadline is on the real clock
+		// Half the time left at most: the rest is the request's own.
+		wait = min(wait, time.Until(dl)/2) // a deadline is on the real clock
 	}
 	if wait > 0 {
 		opts = append(opts, client.Wait(wait))

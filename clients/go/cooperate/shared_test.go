@@ -170,3 +170,25 @@ func TestBackoffFromHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A request's deadline leaves it half its time: WAIT is at most the other
+// half.
+func TestSharedWaitWithinTheDeadline(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer upstream.Close()
+	f := &sluiceFake{}
+	sh := &Shared{Client: client.New(f), Limit: client.Limit{Rate: 10}, MaxWait: time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", upstream.URL, nil)
+	resp, err := (&http.Client{Transport: sh}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sh.wg.Wait()
+	got := f.sent()[0]
+	if w, ok := got[len(got)-1].(int64); got[len(got)-2] != "WAIT" || !ok || w > 5000 || w < 4000 {
+		t.Fatalf("%v", got)
+	}
+}
