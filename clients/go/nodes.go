@@ -79,9 +79,11 @@ type NodesConfig struct {
 // too).
 //
 // Which failures go to the next node: a connection that cannot be made or
-// breaks (refused, reset, closed, EOF), a node that does not answer within
-// the deadline (it is ranked last; the call has no time left for
-// another), and the error replies LOADING, CLUSTERDOWN and TRYAGAIN. Any
+// breaks (refused, reset, closed, EOF) and the error replies LOADING,
+// CLUSTERDOWN and TRYAGAIN. A node that does not answer within the
+// deadline is ranked last, but the call that met it has no time left for
+// another (and sending it on after a part of its deadline could charge it
+// twice). Any
 // other reply — a decision, an error about the call — is the answer. A
 // call fails only when no node answers it; the Client's failure policy
 // then decides.
