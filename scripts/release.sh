@@ -30,8 +30,10 @@ field() { sed -n "s/^$1: *\"\{0,1\}\([^\"]*\)\"\{0,1\} *\$/\1/p" "$chart/Chart.y
 app_version=$(field appVersion)
 chart_version=$(field version)
 repository=$(sed -n '/^image:/,/^[^ #]/ s/^  repository: *\([^ #]*\).*/\1/p' "$chart/values.yaml")
-[ -n "$app_version" ] && [ -n "$chart_version" ] && [ -n "$repository" ] ||
-  { echo "release: cannot read appVersion, version and image.repository from $chart" >&2; exit 1; }
+if [ -z "$app_version" ] || [ -z "$chart_version" ] || [ -z "$repository" ]; then
+  echo "release: cannot read appVersion, version and image.repository from $chart" >&2
+  exit 1
+fi
 VERSION=${VERSION:-$app_version}
 IMAGE="$repository:$VERSION"
 
@@ -108,4 +110,4 @@ done_
 
 (cd "$DIST" && sha256sum -- * >"$work/SHA256SUMS" && mv "$work/SHA256SUMS" SHA256SUMS)
 echo "== $DIST:"
-(cd "$DIST" && ls -l | sed 1d)
+(cd "$DIST" && find . -type f -printf '%10s  %P\n' | sort -k2)
