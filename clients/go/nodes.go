@@ -193,17 +193,27 @@ func (n *Nodes) Do(ctx context.Context, args ...any) *redis.Cmd {
 	order := n.order(routingKey(args))
 	var cmd *redis.Cmd
 	for _, nc := range order {
+		if cmd != nil && ctx.Err() != nil {
+			break
+		}
+		start := time.Now()
 		cmd = nc.rdb.Do(ctx, args...)
 		next, down := nodeFailed(ctx, cmd.Err())
 		if !next {
 			nc.up() // it answered
 			return cmd
 		}
+		if down && errors.Is(cmd.Err(), context.DeadlineExceeded) && time.Since(start) < time.Millisecond {
+			down = false // the deadline had passed, not the node's doing
+		}
 		if down {
 			nc.down(n.now())
 			n.refreshSoon()
 		}
-		if ctx.Err() != nil {
+		// No time left for another node: the socket's deadline can fire
+		// a moment before the context's, and the next node would only
+		// fail for want of time (and be set aside for it).
+		if dl, ok := ctx.Deadline(); ctx.Err() != nil || ok && !time.Now().Before(dl) {
 			break
 		}
 	}

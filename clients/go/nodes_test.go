@@ -377,3 +377,54 @@ func TestNodesClose(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// A node that accepts and never answers costs the call that meets it its
+// deadline (decided by the policy); then it is ranked last and the calls
+// after it are answered by the other node at once.
+func TestNodesHungNodeIsRankedLast(t *testing.T) {
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	up := newFakeNode(t, "")
+	nodes := newNodes(t, NodesConfig{Addrs: []string{hung.Addr().String(), up.addr}, Static: true})
+	c := New(nodes, OnFailure(FailClosed), Timeout(200*time.Millisecond), BreakerFailures(0))
+	policy := 0
+	for i := 0; i < 100; i++ {
+		d, err := c.AcquireInline(bg, fmt.Sprint("k", i), Limit{Rate: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Source == SourceFailClosed {
+			policy++
+		} else if d.LimitedBy != up.addr {
+			t.Fatalf("call %d: %+v", i, d)
+		}
+	}
+	// One call met the hung node (two if this machine stalled past the
+	// half second it is set aside for).
+	if policy < 1 || policy > 2 {
+		t.Fatalf("%d of 100 calls decided by the policy", policy)
+	}
+}
