@@ -327,6 +327,13 @@ def test_flask_failure_policy_and_config(dead_port):
     assert_unavailable(app.test_client().get("/"))
     with pytest.raises(TypeError, match="needs a sluice.Client"):
         Sluice(client=sluice.AsyncClient())
+    # A bad limit names where it came from.
+    bad = flask.Flask(__name__)
+    bad.config.update(SLUICE_NODES=f"127.0.0.1:{dead_port}", SLUICE_DEFAULT_LIMIT="100 an hour")
+    with pytest.raises(ValueError, match=r"SLUICE_DEFAULT_LIMIT: cannot read '100 an hour'; give \"N/unit\""):
+        Sluice(bad)
+    with pytest.raises(ValueError, match="default_limit: '1/fortnight' has an unknown unit"):
+        Sluice(client=sluice.Client(port=dead_port), default_limit="1/fortnight")
 
 
 # -- WSGI / ASGI middleware: limit strings, skip, the 503's Retry-After --

@@ -59,7 +59,8 @@ class Rule:
     def __init__(self, *, limit: Optional[LimitLike] = None, path: Optional[str] = None,
                  key: Callable[[Any], Any], cost: Union[int, Callable[[Any], int], None] = None,
                  skip: Optional[Callable[[Any], Any]] = None, window: Any = None, headers: bool = True,
-                 algo: Optional[Algo] = None, scope: Union[str, Callable[[Any], str]] = ""):
+                 algo: Optional[Algo] = None, scope: Union[str, Callable[[Any], str]] = "",
+                 name: str = "limit"):
         if (path is None) == (limit is None):
             raise ValueError('give either limit (an inline limit such as "10/minute") or path (a budget)')
         if key is None or not callable(key):
@@ -69,7 +70,7 @@ class Rule:
         if cost is not None and not callable(cost) and (not isinstance(cost, int) or isinstance(cost, bool)):
             raise TypeError(f"cost must be a whole number or a function of the request, not {cost!r}")
         self.path = path
-        self.limit: Optional[Limit] = as_limit(limit, algo) if limit is not None else None
+        self.limit: Optional[Limit] = as_limit(limit, algo, name=name) if limit is not None else None
         self.key, self.cost, self.skip, self.headers, self.scope = key, cost, skip, headers, scope
         if window is not None:
             self.window: Optional[float] = seconds(window, "window")

@@ -61,7 +61,8 @@ class Sluice:
         self._default_limit, self._default_path = default_limit, default_path
         self.default: Optional[Rule] = None
         if default_limit is not None or default_path is not None:
-            self.default = self._rule(default_limit, default_path, None, None, None, "default:", None, None)
+            self.default = self._rule(default_limit, default_path, None, None, None, "default:", None, None,
+                                      "default_limit")
         if app is not None:
             self.init_app(app)
 
@@ -73,13 +74,14 @@ class Sluice:
                                  failure=app.config.get("SLUICE_FAILURE", "open"))
         if self.default is None and app.config.get("SLUICE_DEFAULT_LIMIT"):
             self.default = self._rule(app.config["SLUICE_DEFAULT_LIMIT"], None, None, None, None, "default:",
-                                      None, None)
+                                      None, None, "SLUICE_DEFAULT_LIMIT")
         app.extensions["sluice"] = self
         app.before_request(self._before)
         app.after_request(self._after)
 
     def _rule(self, limit: Optional[LimitLike], path: Optional[str], key: Optional[Callable], cost: Any,
-              skip: Optional[Callable], scope: str, algo: Optional[Algo], window: Any) -> Rule:
+              skip: Optional[Callable], scope: str, algo: Optional[Algo], window: Any,
+              name: str = "limit") -> Rule:
         sk = skip
         if self.skip is not None and skip is not None:
             outer = self.skip
@@ -87,7 +89,7 @@ class Sluice:
         elif skip is None:
             sk = self.skip
         return Rule(limit=limit, path=path, key=key or self.key, cost=cost, skip=sk,
-                    window=window, headers=self.headers, algo=algo or self.algo, scope=scope)
+                    window=window, headers=self.headers, algo=algo or self.algo, scope=scope, name=name)
 
     def check(self, rule: Rule) -> Outcome:
         """Asks sluice for the current request under rule."""
