@@ -57,6 +57,10 @@ func TestReleaseArtifacts(t *testing.T) {
 	version := chart.AppVersion
 	image := chart.Repository + ":" + version
 	dist := filepath.Join(t.TempDir(), "dist")
+	// The release tags the image; a tag that was there before stays.
+	if exec.Command("docker", "image", "inspect", image).Run() != nil {
+		t.Cleanup(func() { exec.Command("docker", "rmi", "-f", image).Run() })
+	}
 	start := time.Now()
 	cmd := exec.Command("bash", filepath.Join(root, "scripts", "release.sh"))
 	cmd.Env = append(os.Environ(), "DIST="+dist, "PYTHON="+python)
@@ -65,7 +69,6 @@ func TestReleaseArtifacts(t *testing.T) {
 		t.Fatalf("scripts/release.sh: %v\n%s", err, out)
 	}
 	t.Logf("scripts/release.sh took %v:\n%s", time.Since(start).Round(time.Second), out)
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", image).Run() })
 
 	files := map[string]bool{}
 	entries, err := os.ReadDir(dist)
