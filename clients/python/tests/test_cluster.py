@@ -191,3 +191,35 @@ def test_asyncio_refused_port_fails_within_5ms():
 
     for nodes in (one, three):
         _within_5ms(lambda: asyncio.run(median(nodes)), str(nodes))
+
+
+def stopped(pid: int) -> bool:
+    """Whether every thread of pid is stopped (a signal arrives a moment
+    after kill returns)."""
+    import os
+    states = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(s in ("T", "t") for s in states)
+
+
+def test_a_frozen_node_costs_one_call(cluster):
+    """A node that accepts and never answers (SIGSTOP) is no connection
+    error: the call it holds ends at its deadline, decided by the policy
+    (it may have been decided there), and the next calls go elsewhere."""
+    import signal
+
+    c = sluice.Client(nodes=[s.addr for s in cluster.nodes], timeout=2.0, failure="closed")
+    assert set(decide(c, 5)) == {"server"}
+    victim = preferred(c, cluster)
+    victim.proc.send_signal(signal.SIGSTOP)
+    wait_for(lambda: stopped(victim.proc.pid), f"{victim.addr} to stop")
+    try:
+        d = c.acquire(uniq("frozen"), rate=100, per="minute")
+        assert d.source == "fail_closed" and isinstance(d.error, Exception)
+        got = decide(c, 30)
+        assert got == ["server"] * 30, got
+        assert preferred(c, cluster) is not victim
+    finally:
+        victim.proc.send_signal(signal.SIGCONT)
