@@ -93,15 +93,21 @@ func leader(t *testing.T, ms []*member) *member {
 	return l
 }
 
-func TestThreeProcessCluster(t *testing.T) {
+// staticMembers gives n members of a static cluster (n1 … nn) their
+// loopback addresses and data folders, and the --peers list naming them.
+func staticMembers(t *testing.T, n int) ([]*member, string) {
 	var ms []*member
 	var peers []string
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
 		ms = append(ms, m)
 		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
 	}
-	peerList := strings.Join(peers, ",")
+	return ms, strings.Join(peers, ",")
+}
+
+func TestThreeProcessCluster(t *testing.T) {
+	ms, peerList := staticMembers(t, 3)
 	for _, m := range ms {
 		m.start(t, peerList)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,15 +15,9 @@ import (
 // client that knew the node alive nor from one created after it died;
 // and a client given one node learns the others from RL.CLUSTER NODES.
 func TestGoClientKeepsDecidingWithANodeKilled(t *testing.T) {
-	var ms []*member
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
-		ms = append(ms, m)
-		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
-	}
+	ms, peerList := staticMembers(t, 3)
 	for _, m := range ms {
-		m.start(t, strings.Join(peers, ","))
+		m.start(t, peerList)
 	}
 	l := leader(t, ms)
 	if got := do(t, l.c, "RL.BUDGET", "SET", "api", "RATE", "100000", "SCOPE", "user"); got != "OK" {

@@ -35,14 +35,7 @@ func TestFreshNodeAcceptsWritesAtOnce(t *testing.T) {
 // threeNodes starts a static three-process cluster and waits for a leader.
 func threeNodes(t *testing.T, extra ...string) ([]*member, string) {
 	t.Helper()
-	var ms []*member
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
-		ms = append(ms, m)
-		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
-	}
-	peerList := strings.Join(peers, ",")
+	ms, peerList := staticMembers(t, 3)
 	for _, m := range ms {
 		m.startWith(t, peerList, extra...)
 	}

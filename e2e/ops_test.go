@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,16 +54,10 @@ func TestSIGHUPReloadsEnvoyRulesOnTheLeader(t *testing.T) {
 	if err := writeFile(rules, rulesDeny); err != nil {
 		t.Fatal(err)
 	}
-	var ms []*member
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
-		ms = append(ms, m)
-		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
-	}
+	ms, peerList := staticMembers(t, 3)
 	for _, m := range ms {
 		m.p = start(t, "--node-id", m.id, "--resp-addr", m.resp, "--raft-addr", m.raft, "--http-addr", "",
-			"--data-dir", m.dir, "--bootstrap-peers", strings.Join(peers, ","),
+			"--data-dir", m.dir, "--bootstrap-peers", peerList,
 			"--grpc-addr", "127.0.0.1:0", "--envoy-config", rules)
 		m.c = client(t, m.resp)
 	}

@@ -137,15 +137,9 @@ func TestConcurrencyThroughJoinAndKill(t *testing.T) {
 // a node answers LOADING until it knows every member, and no slot is
 // granted while members rank keys over different member lists.
 func TestConcurrencyInAFreshClustersFirstMoments(t *testing.T) {
-	var ms []*member
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		m := &member{id: fmt.Sprintf("n%d", i), resp: "127.0.0.1:" + freePort(t), raft: "127.0.0.1:" + freePort(t), dir: t.TempDir()}
-		ms = append(ms, m)
-		peers = append(peers, m.id+"="+m.raft+"="+m.resp)
-	}
+	ms, peerList := staticMembers(t, 3)
 	for _, m := range ms {
-		m.startWith(t, strings.Join(peers, ","))
+		m.startWith(t, peerList)
 	}
 	h := &slotHeld{held: map[string]map[string]bool{}}
 	var wg sync.WaitGroup
