@@ -128,6 +128,7 @@ type config struct {
 	inline    client.Limit
 	failOpen  bool
 	headers   bool
+	skip      func(*http.Request) bool
 	onError   func(*http.Request, error)
 }
 
@@ -159,6 +160,11 @@ func FailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 // Headers turns the rate-limit headers on (the default) or off. Retry-After
 // and the problem body of a 429 are sent either way.
 func Headers(on bool) Option { return func(c *config) { c.headers = on } }
+
+// Skip exempts the requests for which skip returns true: they proceed
+// without asking sluice, count against nothing and get no rate-limit
+// headers (health checks, an allow-list, internal callers).
+func Skip(skip func(r *http.Request) bool) Option { return func(c *config) { c.skip = skip } }
 
 // ErrorHandler receives every error of the middleware: sluice unreachable,
 // an error reply, a KeyFunc error, a policy that cannot be read. By default
@@ -223,6 +229,10 @@ func RemoteIP(r *http.Request) string {
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if m.skip != nil && m.skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	ctx := r.Context()
 	var (
 		d       client.Decision
