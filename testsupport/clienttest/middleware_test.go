@@ -337,7 +337,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 	runs := a.runs
 	check(t, "server stopped, fail closed", request(closed, ""), 503,
 		`{"type":"https://sluice.dev/problems/limiter-unavailable","title":"Service Unavailable","status":503,"detail":"rate limiting is unavailable; try again later"}`+"\n",
-		map[string]string{"Content-Type": "application/problem+json"})
+		map[string]string{"Content-Type": "application/problem+json", "Retry-After": "1"}) // no decision says when: soon
 	if a.runs != runs {
 		t.Fatal("the app ran although the middleware fails closed")
 	}
