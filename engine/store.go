@@ -234,12 +234,20 @@ func (sh *shard) init() {
 
 func (sh *shard) entry(i uint32) *entry { return &sh.pages[i>>pageBits][i&(pageSize-1)] }
 
+// key returns e's key. The slice is valid only while sh stays locked and
+// e in place: a short key lies in the entry itself, which a removal or a
+// reuse of the entry overwrites; callbacks that get it copy what they keep.
 func (sh *shard) key(e *entry) []byte {
 	if e.klen <= inlineKey {
 		return e.kb[:e.klen]
 	}
+	return arenaKey(sh.chunks, e)
+}
+
+// arenaKey returns the bytes of e's key (longer than inlineKey) in chunks.
+func arenaKey(chunks [][]byte, e *entry) []byte {
 	koff := e.koff()
-	c := sh.chunks[koff>>chunkBits]
+	c := chunks[koff>>chunkBits]
 	o := koff & (chunkSize - 1)
 	return c[o : o+uint32(e.klen)]
 }
@@ -401,13 +409,9 @@ func (sh *shard) compactKeys() {
 			continue
 		}
 		e := sh.entry(v&0xffffff - 1)
-		if e.klen <= inlineKey {
-			continue
+		if e.klen > inlineKey {
+			e.setKoff(sh.addKey(arenaKey(old, e)))
 		}
-		koff := e.koff()
-		c := old[koff>>chunkBits]
-		o := koff & (chunkSize - 1)
-		e.setKoff(sh.addKey(c[o : o+uint32(e.klen)]))
 	}
 }
 
